@@ -1,0 +1,442 @@
+//! Experiment configs: the TOML file as serde structs (unknown keys rejected), validated once at
+//! load into a `Config` the rest of the lab trusts. Every default lives here, with its source.
+
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+use sha2::{Digest, Sha256};
+
+/// A config problem, always naming the file, the field and the reason.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    #[error("{file}: cannot read: {reason}")]
+    Read { file: PathBuf, reason: String },
+    #[error("{file}:{line}:{col}: malformed TOML: {reason}")]
+    Syntax {
+        file: PathBuf,
+        line: usize,
+        col: usize,
+        reason: String,
+    },
+    #[error("{file}: {field}: {reason}")]
+    Field {
+        file: PathBuf,
+        field: String,
+        reason: String,
+    },
+}
+
+/// `[graph]`: the conceptual space (SPEC §1).
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct GraphConfig {
+    /// Letters per node name: 26^node_len nodes. Paper: 3 (17,576 nodes).
+    pub node_len: u32,
+    /// Edge labels are the first `n_labels` lowercase letters. Paper: 26.
+    pub n_labels: u32,
+    /// |E| = round(|V| · avg_degree / 2). Paper: 6.
+    pub avg_degree: f64,
+    /// Label distribution w. SPEC Decision: zipf with s = 1.
+    pub label_dist: LabelDist,
+    /// Zipf exponent s, w_l ∝ 1/rank^s.
+    pub zipf_s: f64,
+    /// Explicit label weights, required when `label_dist = "weights"`.
+    pub weights: Option<Vec<f64>>,
+    /// The world seed: graph, eval set and training set all derive from it.
+    pub seed: u64,
+}
+
+#[derive(Clone, Copy, Debug, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "lowercase")]
+pub enum LabelDist {
+    Zipf,
+    Uniform,
+    Weights,
+}
+
+impl Default for GraphConfig {
+    fn default() -> Self {
+        GraphConfig {
+            node_len: 3,
+            n_labels: 26,
+            avg_degree: 6.0,
+            label_dist: LabelDist::Zipf,
+            zipf_s: 1.0,
+            weights: None,
+            seed: 0,
+        }
+    }
+}
+
+/// `[data]`: the evaluation and training sets (SPEC §3).
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct DataConfig {
+    /// Hop counts of the eval base paths. Paper: 1..=6.
+    pub eval_hops: Vec<u32>,
+    /// Base paths per hop. Paper: 100.
+    pub base_paths_per_hop: u32,
+    /// Nested constraint levels per base path; level l has l−1 constraints. Paper: 5.
+    pub levels: u32,
+    /// Probability that a new eval constraint is an inclusion. SPEC: 0.5.
+    pub p_inc: f64,
+    /// Randomized exploration examples. SPEC Decision: 3 × the edge-coverage count when unset.
+    pub n_explore: Option<u64>,
+    /// Geometric parameter for |I| and |X| of exploration queries. SPEC: 0.5.
+    pub p_geom: f64,
+    /// Cap on |I| and on |X| of exploration queries. SPEC: 4.
+    pub max_constraints: u32,
+    /// Longest training path searched. Paper: 10.
+    pub h_max_train: u32,
+}
+
+impl Default for DataConfig {
+    fn default() -> Self {
+        DataConfig {
+            eval_hops: (1..=6).collect(),
+            base_paths_per_hop: 100,
+            levels: 5,
+            p_inc: 0.5,
+            n_explore: None,
+            p_geom: 0.5,
+            max_constraints: 4,
+            h_max_train: 10,
+        }
+    }
+}
+
+/// The file as written: every section optional, unknown keys rejected.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ConfigFile {
+    name: Option<String>,
+    #[serde(default)]
+    graph: GraphConfig,
+    #[serde(default)]
+    data: DataConfig,
+}
+
+/// Most inclusion labels one query may carry: the search's mask has 2^this states per node.
+pub const MAX_INCLUDE: u32 = 8;
+/// Longest path the search handles; distances are stored as `u8`.
+pub const MAX_HOPS: u32 = 64;
+/// Most edges a graph may have, to keep memory bounded.
+pub const MAX_EDGES: u64 = 50_000_000;
+
+/// A validated config. Only `Config::load` and `Config::from_toml` build one.
+#[derive(Clone, Debug)]
+pub struct Config {
+    /// The file it came from, named in every later error.
+    pub source: PathBuf,
+    pub name: String,
+    pub graph: GraphConfig,
+    pub data: DataConfig,
+}
+
+/// The part of a config that decides the data directory's bytes.
+#[derive(Serialize)]
+pub struct DataIdentity<'a> {
+    pub graph: &'a GraphConfig,
+    pub data: &'a DataConfig,
+}
+
+impl Config {
+    pub fn load(path: &Path) -> Result<Config, ConfigError> {
+        let text = std::fs::read_to_string(path).map_err(|e| ConfigError::Read {
+            file: path.to_path_buf(),
+            reason: e.to_string(),
+        })?;
+        let stem = path
+            .file_stem()
+            .map(|s| s.to_string_lossy().into_owned())
+            .unwrap_or_else(|| "config".into());
+        Config::from_toml(&text, path, &stem)
+    }
+
+    /// Parse and validate TOML text; `file` is only used in messages, `default_name` when the
+    /// file sets no `name`.
+    pub fn from_toml(text: &str, file: &Path, default_name: &str) -> Result<Config, ConfigError> {
+        let raw: ConfigFile = parse_toml(text, file)?;
+        let cfg = Config {
+            source: file.to_path_buf(),
+            name: raw.name.unwrap_or_else(|| default_name.to_string()),
+            graph: raw.graph,
+            data: raw.data,
+        };
+        cfg.validate()?;
+        Ok(cfg)
+    }
+
+    pub fn field_error(&self, field: &str, reason: impl Into<String>) -> ConfigError {
+        ConfigError::Field {
+            file: self.source.clone(),
+            field: field.to_string(),
+            reason: reason.into(),
+        }
+    }
+
+    pub fn n_nodes(&self) -> u64 {
+        26u64.pow(self.graph.node_len)
+    }
+
+    pub fn n_edges(&self) -> u64 {
+        (self.n_nodes() as f64 * self.graph.avg_degree / 2.0).round() as u64
+    }
+
+    /// SHA-256 over the resolved `[graph]` and `[data]` sections: equal hashes, equal data.
+    pub fn data_hash(&self) -> String {
+        let identity = DataIdentity {
+            graph: &self.graph,
+            data: &self.data,
+        };
+        let json = serde_json::to_vec(&identity).expect("config serializes");
+        hex(&Sha256::digest(&json))
+    }
+
+    fn validate(&self) -> Result<(), ConfigError> {
+        let g = &self.graph;
+        let d = &self.data;
+        let err = |field: &str, reason: String| Err(self.field_error(field, reason));
+        if self.name.is_empty()
+            || !self
+                .name
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || "-_.".contains(c))
+        {
+            return err(
+                "name",
+                format!(
+                    "must be non-empty letters, digits, '-', '_' or '.', got {:?}",
+                    self.name
+                ),
+            );
+        }
+        if !(1..=4).contains(&g.node_len) {
+            return err(
+                "graph.node_len",
+                format!("must be in 1..=4, got {}", g.node_len),
+            );
+        }
+        if !(1..=26).contains(&g.n_labels) {
+            return err(
+                "graph.n_labels",
+                format!("must be in 1..=26, got {}", g.n_labels),
+            );
+        }
+        let n = self.n_nodes();
+        let max_edges = n * (n - 1) / 2;
+        if !g.avg_degree.is_finite() || g.avg_degree <= 0.0 {
+            return err(
+                "graph.avg_degree",
+                format!("must be a positive number, got {}", g.avg_degree),
+            );
+        }
+        let m = self.n_edges();
+        if m == 0 || m > max_edges {
+            return err(
+                "graph.avg_degree",
+                format!(
+                    "{} gives {m} edges, impossible for {n} nodes (a simple graph has 1..={max_edges})",
+                    g.avg_degree
+                ),
+            );
+        }
+        if m > MAX_EDGES {
+            return err(
+                "graph.avg_degree",
+                format!(
+                    "{} gives {m} edges, more than the lab supports ({MAX_EDGES})",
+                    g.avg_degree
+                ),
+            );
+        }
+        if !g.zipf_s.is_finite() || g.zipf_s < 0.0 {
+            return err(
+                "graph.zipf_s",
+                format!("must be finite and >= 0, got {}", g.zipf_s),
+            );
+        }
+        match (g.label_dist, &g.weights) {
+            (LabelDist::Weights, None) => {
+                return err(
+                    "graph.weights",
+                    "required when label_dist = \"weights\"".to_string(),
+                );
+            }
+            (LabelDist::Weights, Some(w)) => {
+                if w.len() != g.n_labels as usize {
+                    return err(
+                        "graph.weights",
+                        format!(
+                            "has {} entries, need one per label ({})",
+                            w.len(),
+                            g.n_labels
+                        ),
+                    );
+                }
+                if w.iter().any(|x| !x.is_finite() || *x < 0.0) || w.iter().sum::<f64>() <= 0.0 {
+                    return err(
+                        "graph.weights",
+                        "must be finite, >= 0 and not all zero".to_string(),
+                    );
+                }
+            }
+            (_, Some(_)) => {
+                return err(
+                    "graph.weights",
+                    "only allowed with label_dist = \"weights\"".to_string(),
+                );
+            }
+            _ => {}
+        }
+        if d.eval_hops.is_empty() {
+            return err("data.eval_hops", "must list at least one hop".to_string());
+        }
+        let mut hops = d.eval_hops.clone();
+        hops.sort_unstable();
+        hops.dedup();
+        if hops.len() != d.eval_hops.len() {
+            return err("data.eval_hops", "must not repeat a hop".to_string());
+        }
+        if let Some(h) = d.eval_hops.iter().find(|h| !(1..=MAX_HOPS).contains(*h)) {
+            return err(
+                "data.eval_hops",
+                format!("hop {h} is outside 1..={MAX_HOPS}"),
+            );
+        }
+        if d.base_paths_per_hop == 0 {
+            return err("data.base_paths_per_hop", "must be at least 1".to_string());
+        }
+        if d.levels == 0 || d.levels - 1 > g.n_labels || d.levels - 1 > MAX_INCLUDE {
+            return err(
+                "data.levels",
+                format!(
+                    "must be in 1..={}: level l adds l-1 distinct labels as constraints, got {}",
+                    (g.n_labels + 1).min(MAX_INCLUDE + 1),
+                    d.levels
+                ),
+            );
+        }
+        if !(0.0..=1.0).contains(&d.p_inc) {
+            return err("data.p_inc", format!("must be in [0, 1], got {}", d.p_inc));
+        }
+        if !(d.p_geom > 0.0 && d.p_geom <= 1.0) {
+            return err(
+                "data.p_geom",
+                format!("must be in (0, 1], got {}", d.p_geom),
+            );
+        }
+        if d.max_constraints > MAX_INCLUDE {
+            return err(
+                "data.max_constraints",
+                format!("must be at most {MAX_INCLUDE}, got {}", d.max_constraints),
+            );
+        }
+        if !(1..=MAX_HOPS).contains(&d.h_max_train) {
+            return err(
+                "data.h_max_train",
+                format!("must be in 1..={MAX_HOPS}, got {}", d.h_max_train),
+            );
+        }
+        if let Some(n) = d.n_explore
+            && n > 100_000_000
+        {
+            return err(
+                "data.n_explore",
+                format!("must be at most 100000000, got {n}"),
+            );
+        }
+        Ok(())
+    }
+}
+
+/// Deserialize TOML, turning every failure into one line with the file and the field.
+fn parse_toml<T: serde::de::DeserializeOwned>(text: &str, file: &Path) -> Result<T, ConfigError> {
+    let syntax = |e: toml::de::Error| {
+        let (line, col) = e.span().map(|s| line_col(text, s.start)).unwrap_or((1, 1));
+        ConfigError::Syntax {
+            file: file.to_path_buf(),
+            line,
+            col,
+            reason: one_line(e.message()),
+        }
+    };
+    let de = toml::de::Deserializer::parse(text).map_err(syntax)?;
+    serde_path_to_error::deserialize(de).map_err(|e| {
+        let field = e.path().to_string();
+        let inner = e.into_inner();
+        let (line, _) = inner
+            .span()
+            .map(|s| line_col(text, s.start))
+            .unwrap_or((0, 0));
+        let at = if line > 0 {
+            format!(" (line {line})")
+        } else {
+            String::new()
+        };
+        ConfigError::Field {
+            file: file.to_path_buf(),
+            field: if field == "." {
+                "(top level)".into()
+            } else {
+                field
+            },
+            reason: format!("{}{at}", one_line(inner.message())),
+        }
+    })
+}
+
+fn line_col(text: &str, offset: usize) -> (usize, usize) {
+    let before = &text[..offset.min(text.len())];
+    let line = before.matches('\n').count() + 1;
+    let col = before.len() - before.rfind('\n').map_or(0, |i| i + 1) + 1;
+    (line, col)
+}
+
+fn one_line(s: &str) -> String {
+    s.split_whitespace().collect::<Vec<_>>().join(" ")
+}
+
+/// Lowercase hex of a byte string.
+pub fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn load(text: &str) -> Result<Config, ConfigError> {
+        Config::from_toml(text, Path::new("t.toml"), "t")
+    }
+
+    #[test]
+    fn defaults_are_the_paper_world() {
+        let c = load("").unwrap();
+        assert_eq!(c.n_nodes(), 17_576);
+        assert_eq!(c.n_edges(), 52_728);
+        assert_eq!(c.data.eval_hops, vec![1, 2, 3, 4, 5, 6]);
+    }
+
+    #[test]
+    fn errors_name_file_and_field() {
+        let e = load("[graph]\nnode_len = 5\n").unwrap_err().to_string();
+        assert_eq!(e, "t.toml: graph.node_len: must be in 1..=4, got 5");
+        let e = load("[graph]\nnode_len = \"x\"\n").unwrap_err().to_string();
+        assert!(e.starts_with("t.toml: graph.node_len: invalid type"), "{e}");
+        let e = load("[graph]\nbogus = 1\n").unwrap_err().to_string();
+        assert!(e.starts_with("t.toml: graph.bogus: unknown field `bogus`"), "{e}");
+        let e = load("[graph\n").unwrap_err().to_string();
+        assert!(e.starts_with("t.toml:1:"), "{e}");
+        assert!(!e.contains('\n'), "{e}");
+    }
+
+    #[test]
+    fn hash_depends_on_world_only() {
+        let a = load("name = \"a\"").unwrap();
+        let b = load("name = \"b\"").unwrap();
+        let c = load("[graph]\nseed = 1").unwrap();
+        assert_eq!(a.data_hash(), b.data_hash());
+        assert_ne!(a.data_hash(), c.data_hash());
+    }
+}

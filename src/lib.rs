@@ -1,0 +1,12 @@
+//! `lab`: a lab for the science of machine creativity. The modules follow the data's path:
+//! config → graph → search → dataset → tokenizer, with the CLI on top.
+
+pub mod cli;
+pub mod config;
+pub mod dataset;
+pub mod fsutil;
+pub mod graph;
+pub mod progress;
+pub mod rng;
+pub mod search;
+pub mod tokenizer;
