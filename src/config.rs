@@ -118,8 +118,8 @@ struct ConfigFile {
 
 /// Most inclusion labels one query may carry: the search's mask has 2^this states per node.
 pub const MAX_INCLUDE: u32 = 8;
-/// Longest path the search handles; distances are stored as `u8`.
-pub const MAX_HOPS: u32 = 64;
+/// Longest path the search handles; distances are stored in 6 bits.
+pub const MAX_HOPS: u32 = 63;
 /// Most edges a graph may have, to keep memory bounded.
 pub const MAX_EDGES: u64 = 50_000_000;
 
@@ -425,7 +425,10 @@ mod tests {
         let e = load("[graph]\nnode_len = \"x\"\n").unwrap_err().to_string();
         assert!(e.starts_with("t.toml: graph.node_len: invalid type"), "{e}");
         let e = load("[graph]\nbogus = 1\n").unwrap_err().to_string();
-        assert!(e.starts_with("t.toml: graph.bogus: unknown field `bogus`"), "{e}");
+        assert!(
+            e.starts_with("t.toml: graph.bogus: unknown field `bogus`"),
+            "{e}"
+        );
         let e = load("[graph\n").unwrap_err().to_string();
         assert!(e.starts_with("t.toml:1:"), "{e}");
         assert!(!e.contains('\n'), "{e}");

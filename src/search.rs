@@ -48,30 +48,63 @@ impl Query {
     }
 }
 
-/// The search's record of one product-space state, packed so a visit touches one line.
-#[derive(Clone, Copy, Default)]
-struct Cell {
-    /// The query generation that last reached this state; older values mean "unseen".
-    stamp: u32,
-    dist: u8,
-    /// Shortest walks from the side's source to this state (saturating).
-    count: u64,
-}
-
-/// One direction of the bidirectional BFS: per-state cells over the product space, a per-node
-/// tag saying at which depth a node was last reached, and the visit order split into layers.
+/// One direction of the bidirectional BFS. The BFS itself only stamps each reached state with
+/// its distance; shortest-walk counts are computed afterwards, on demand, for the few states
+/// that lie on shortest walks, which keeps the hot loop to one 4-byte cell per state.
 #[derive(Default)]
 struct Side {
-    cells: Vec<Cell>,
-    node_tag: Vec<u64>,
+    /// Per state: `tag(generation, distance)`; other generations mean "unseen".
+    tags: Vec<Tag>,
+    /// Per node: the tag of the deepest layer that reached it (any mask).
+    node_tag: Vec<Tag>,
+    /// Per state: shortest walks from the source, valid where `count_gen` is current.
+    counts: Vec<u64>,
+    count_gen: Vec<u32>,
     order: Vec<u32>,
     layer_start: Vec<usize>,
+    pending: Vec<u32>,
+}
+
+/// Reached states gathered before they are recorded (see `Side::expand`).
+const PREFETCH_BATCH: usize = 32;
+
+/// Ask the CPU to start loading `r`'s cache line.
+#[inline(always)]
+fn prefetch<T>(r: &T) {
+    #[cfg(target_arch = "x86_64")]
+    // SAFETY: prefetching is a hint; it reads nothing and cannot fault.
+    unsafe {
+        std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_T0 }>(
+            r as *const T as *const i8,
+        );
+    }
+}
+
+/// The predecessor states of state mask `a` across edge entry `e`: the neighbour's state with
+/// the same mask, and with this label's bit cleared when the label is an inclusion.
+#[inline]
+fn pred_states(q: &Prepared, a: u32, e: u32) -> ([u32; 2], usize, Label) {
+    let (y, l) = unpack(e);
+    if q.exclude >> l & 1 != 0 {
+        return ([0; 2], 0, l);
+    }
+    let b = q.bit[l as usize];
+    let base = y << q.k;
+    if b == 0 {
+        ([base | a, 0], 1, l)
+    } else if a & b == 0 {
+        ([0; 2], 0, l)
+    } else {
+        ([base | a, base | (a ^ b)], 2, l)
+    }
 }
 
 impl Side {
     fn grow(&mut self, states: usize, nodes: usize) {
-        if self.cells.len() < states {
-            self.cells = vec![Cell::default(); states];
+        if self.tags.len() < states {
+            self.tags = vec![0; states];
+            self.counts = vec![0; states];
+            self.count_gen = vec![0; states];
         }
         if self.node_tag.len() < nodes {
             self.node_tag = vec![0; nodes];
@@ -79,7 +112,8 @@ impl Side {
     }
 
     fn reset_stamps(&mut self) {
-        self.cells.fill(Cell::default());
+        self.tags.fill(0);
+        self.count_gen.fill(0);
         self.node_tag.fill(0);
     }
 
@@ -88,11 +122,7 @@ impl Side {
         self.layer_start.clear();
         self.layer_start.push(0);
         self.order.push(s);
-        self.cells[s as usize] = Cell {
-            stamp: gen_,
-            dist: 0,
-            count: 1,
-        };
+        self.tags[s as usize] = tag(gen_, 0);
         self.node_tag[(s >> k) as usize] = tag(gen_, 0);
     }
 
@@ -104,60 +134,133 @@ impl Side {
         &self.order[*self.layer_start.last().unwrap()..]
     }
 
-    #[inline]
-    fn seen(&self, s: u32, gen_: u32) -> bool {
-        self.cells[s as usize].stamp == gen_
-    }
-
-    #[inline]
-    fn dist(&self, s: u32) -> u8 {
-        self.cells[s as usize].dist
-    }
-
-    #[inline]
-    fn count(&self, s: u32) -> u64 {
-        self.cells[s as usize].count
-    }
-
     /// Expand the last layer by one hop. Returns false when the new layer is empty.
+    /// Targets are gathered in batches and prefetched before they are touched: the search is
+    /// bound by cache misses on the tags, and this lets them overlap.
     fn expand(&mut self, g: &Graph, q: &Prepared, gen_: u32) -> bool {
         let begin = *self.layer_start.last().unwrap();
         let end = self.order.len();
-        let next = (self.depth() + 1) as u8;
-        let next_tag = tag(gen_, next);
+        let next_tag = tag(gen_, (self.depth() + 1) as u8);
         self.layer_start.push(end);
+        let mut pending = std::mem::take(&mut self.pending);
         for i in begin..end {
             let s = self.order[i];
             let (x, a) = (s >> q.k, s & q.full);
-            let c = self.cells[s as usize].count;
             for &e in g.neighbors(x) {
                 let (y, l) = unpack(e);
-                if q.exclude >> l & 1 != 0 {
-                    continue;
-                }
-                let t = (y << q.k) | a | q.bit[l as usize];
-                let cell = &mut self.cells[t as usize];
-                if cell.stamp != gen_ {
-                    *cell = Cell {
-                        stamp: gen_,
-                        dist: next,
-                        count: c,
-                    };
-                    self.order.push(t);
-                    self.node_tag[y as usize] = next_tag;
-                } else if cell.dist == next {
-                    cell.count = cell.count.saturating_add(c);
+                if q.exclude >> l & 1 == 0 {
+                    let t = (y << q.k) | a | q.bit[l as usize];
+                    prefetch(&self.tags[t as usize]);
+                    pending.push(t);
                 }
             }
+            if pending.len() >= PREFETCH_BATCH {
+                self.settle(&mut pending, q.k, gen_, next_tag);
+            }
         }
+        self.settle(&mut pending, q.k, gen_, next_tag);
+        self.pending = pending;
         self.order.len() > end
     }
 
+    /// Look one hop past the frontier for states that meet `other`'s frontier, without
+    /// recording the layer: the last layer is the largest, and only its meeting states are
+    /// needed. Meeting states get their tag (for `count`); meetings go to `meets`.
+    fn probe(
+        &mut self,
+        g: &Graph,
+        q: &Prepared,
+        gen_: u32,
+        other: &Side,
+        forward: bool,
+        meets: &mut Vec<Meet>,
+    ) -> bool {
+        let next_tag = tag(gen_, (self.depth() + 1) as u8);
+        let other_tag = tag(gen_, other.depth() as u8);
+        for i in *self.layer_start.last().unwrap()..self.order.len() {
+            let s = self.order[i];
+            let (x, a) = (s >> q.k, s & q.full);
+            for &e in g.neighbors(x) {
+                let (y, l) = unpack(e);
+                if q.exclude >> l & 1 != 0 || other.node_tag[y as usize] != other_tag {
+                    continue;
+                }
+                let a2 = a | q.bit[l as usize];
+                let t = (y << q.k) | a2;
+                if gen_of(self.tags[t as usize]) == gen_ {
+                    // Met already in this probe, or reached earlier (then never a meeting).
+                    continue;
+                }
+                let need = q.full & !a2;
+                let mut sub = a2;
+                let mut met = false;
+                loop {
+                    let o = (y << q.k) | need | sub;
+                    if other.tags[o as usize] == other_tag {
+                        met = true;
+                        let (fwd, bwd) = if forward { (t, o) } else { (o, t) };
+                        meets.push(Meet::new(fwd, bwd));
+                    }
+                    if sub == 0 {
+                        break;
+                    }
+                    sub = (sub - 1) & a2;
+                }
+                if met {
+                    self.tags[t as usize] = next_tag;
+                }
+            }
+        }
+        !meets.is_empty()
+    }
+
+    /// Record the reached states of `pending`, in order: unseen ones join the new layer.
+    fn settle(&mut self, pending: &mut Vec<u32>, k: u32, gen_: u32, next_tag: Tag) {
+        for &t in pending.iter() {
+            let cell = &mut self.tags[t as usize];
+            if gen_of(*cell) != gen_ {
+                *cell = next_tag;
+                self.order.push(t);
+                self.node_tag[(t >> k) as usize] = next_tag;
+            }
+        }
+        pending.clear();
+    }
+
+    /// Shortest walks from this side's source to state `s` (reached in this generation),
+    /// memoised; it only ever visits states on shortest walks to `s`.
+    fn count(&mut self, g: &Graph, q: &Prepared, gen_: u32, s: u32) -> u64 {
+        if self.count_gen[s as usize] == gen_ {
+            return self.counts[s as usize];
+        }
+        let d = depth_of(self.tags[s as usize]);
+        let total = if d == 0 {
+            1
+        } else {
+            let want = tag(gen_, d - 1);
+            let a = s & q.full;
+            let mut total = 0u64;
+            for &e in g.neighbors(s >> q.k) {
+                let (ps, n, _) = pred_states(q, a, e);
+                for &p in &ps[..n] {
+                    if self.tags[p as usize] == want {
+                        total = total.saturating_add(self.count(g, q, gen_, p));
+                    }
+                }
+            }
+            total
+        };
+        self.count_gen[s as usize] = gen_;
+        self.counts[s as usize] = total;
+        total
+    }
+
     /// Walk back from state `s` to this side's source, choosing each predecessor with
-    /// probability proportional to its shortest-walk count. Pushes (node, label) steps, the
-    /// source's node last with no label.
+    /// probability proportional to its shortest-walk count. Pushes the nodes (the source's
+    /// last) and the labels between them.
+    #[allow(clippy::too_many_arguments)]
     fn trace<R: Rng>(
-        &self,
+        &mut self,
         g: &Graph,
         q: &Prepared,
         gen_: u32,
@@ -167,44 +270,28 @@ impl Side {
         labels: &mut Vec<Label>,
     ) {
         loop {
-            let d = self.dist(s);
-            let (x, a) = (s >> q.k, s & q.full);
-            nodes.push(x);
+            nodes.push(s >> q.k);
+            let d = depth_of(self.tags[s as usize]);
             if d == 0 {
                 return;
             }
-            let mut total: u128 = 0;
-            let preds = |visit: &mut dyn FnMut(u32, Label)| {
-                for &e in g.neighbors(x) {
-                    let (y, l) = unpack(e);
-                    if q.exclude >> l & 1 != 0 {
-                        continue;
-                    }
-                    let b = q.bit[l as usize];
-                    if b != 0 && a & b == 0 {
-                        continue;
-                    }
-                    for pa in [a, a ^ b].into_iter().take(if b == 0 { 1 } else { 2 }) {
-                        let p = (y << q.k) | pa;
-                        if self.seen(p, gen_) && self.dist(p) + 1 == d {
-                            visit(p, l);
-                        }
-                    }
-                }
-            };
-            preds(&mut |p, _| total += self.count(p) as u128);
-            let mut r = rng.random_range(0..total);
+            let want = tag(gen_, d - 1);
+            let a = s & q.full;
+            let mut r = rng.random_range(0..self.count(g, q, gen_, s));
             let mut chosen = None;
-            preds(&mut |p, l| {
-                if chosen.is_none() {
-                    let c = self.count(p) as u128;
-                    if r < c {
-                        chosen = Some((p, l));
-                    } else {
+            'find: for &e in g.neighbors(s >> q.k) {
+                let (ps, n, l) = pred_states(q, a, e);
+                for &p in &ps[..n] {
+                    if self.tags[p as usize] == want {
+                        let c = self.count(g, q, gen_, p);
+                        if r < c {
+                            chosen = Some((p, l));
+                            break 'find;
+                        }
                         r -= c;
                     }
                 }
-            });
+            }
             let (p, l) = chosen.expect("a reached state has a predecessor");
             labels.push(l);
             s = p;
@@ -212,10 +299,26 @@ impl Side {
     }
 }
 
-/// A per-node tag: the query generation and the depth at which the node was last reached.
+/// A state's or node's tag: the query generation and the depth at which it was reached, in
+/// 16 bits so that a node's 2^|I| states share a cache line and a side fits in L2.
+type Tag = u16;
+const DEPTH_BITS: u32 = 6;
+/// Generations wrap here; the tag arrays are then cleared.
+const GEN_MASK: u32 = (1 << (16 - DEPTH_BITS)) - 1;
+
 #[inline]
-fn tag(gen_: u32, depth: u8) -> u64 {
-    (gen_ as u64) << 8 | depth as u64
+fn tag(gen_: u32, depth: u8) -> Tag {
+    (gen_ << DEPTH_BITS | depth as u32) as Tag
+}
+
+#[inline]
+fn gen_of(t: Tag) -> u32 {
+    (t >> DEPTH_BITS) as u32
+}
+
+#[inline]
+fn depth_of(t: Tag) -> u8 {
+    (t & ((1 << DEPTH_BITS) - 1)) as u8
 }
 
 /// Per-query tables: which bit each inclusion label sets, and the excluded labels.
@@ -231,9 +334,9 @@ impl Prepared {
     fn new(q: &Query) -> Prepared {
         let mut bit = [0u32; 32];
         let mut k = 0;
-        for l in 0..32 {
+        for (l, b) in bit.iter_mut().enumerate() {
             if q.include >> l & 1 != 0 {
-                bit[l] = 1 << k;
+                *b = 1 << k;
                 k += 1;
             }
         }
@@ -252,6 +355,16 @@ struct Meet {
     fwd: u32,
     bwd: u32,
     weight: u128,
+}
+
+impl Meet {
+    fn new(fwd: u32, bwd: u32) -> Meet {
+        Meet {
+            fwd,
+            bwd,
+            weight: 0,
+        }
+    }
 }
 
 /// Reusable search buffers for one graph. Nothing is allocated per query once warm.
@@ -294,7 +407,7 @@ impl<'g> Searcher<'g> {
         let nodes = self.g.n_nodes();
         self.fwd.grow(states, nodes);
         self.bwd.grow(states, nodes);
-        self.gen_ = self.gen_.wrapping_add(1);
+        self.gen_ = (self.gen_ + 1) & GEN_MASK;
         if self.gen_ == 0 {
             self.fwd.reset_stamps();
             self.bwd.reset_stamps();
@@ -314,9 +427,8 @@ impl<'g> Searcher<'g> {
         self.meets.clear();
         if q.u == q.v && p.full == 0 {
             self.meets.push(Meet {
-                fwd: q.u << p.k,
-                bwd: q.v << p.k,
                 weight: 1,
+                ..Meet::new(q.u << p.k, q.v << p.k)
             });
             return Some((p, 0));
         }
@@ -330,33 +442,18 @@ impl<'g> Searcher<'g> {
             } else {
                 (&mut self.bwd, &self.fwd)
             };
+            let found = grow.probe(self.g, &p, gen_, other, forward, &mut self.meets);
+            if found {
+                let d = self.fwd.depth() + self.bwd.depth() + 1;
+                for m in self.meets.iter_mut() {
+                    let cf = self.fwd.count(self.g, &p, gen_, m.fwd);
+                    let cb = self.bwd.count(self.g, &p, gen_, m.bwd);
+                    m.weight = cf as u128 * cb as u128;
+                }
+                return Some((p, d));
+            }
             if !grow.expand(self.g, &p, gen_) {
                 return None;
-            }
-            let other_depth = other.depth() as u8;
-            let other_tag = tag(gen_, other_depth);
-            for &s in grow.frontier() {
-                let (y, a) = (s >> p.k, s & p.full);
-                if other.node_tag[y as usize] != other_tag {
-                    continue;
-                }
-                let need = p.full & !a;
-                let mut t = a;
-                loop {
-                    let o = (y << p.k) | need | t;
-                    if other.seen(o, gen_) && other.dist(o) == other_depth {
-                        let weight = grow.count(s) as u128 * other.count(o) as u128;
-                        let (fwd, bwd) = if forward { (s, o) } else { (o, s) };
-                        self.meets.push(Meet { fwd, bwd, weight });
-                    }
-                    if t == 0 {
-                        break;
-                    }
-                    t = (t - 1) & a;
-                }
-            }
-            if !self.meets.is_empty() {
-                return Some((p, self.fwd.depth() + self.bwd.depth()));
             }
         }
     }

@@ -66,7 +66,7 @@ impl Example {
         if toks.pop() != Some("<eos>") {
             bail!("the path does not end with <eos>");
         }
-        if toks.len() % 2 == 0 {
+        if toks.len().is_multiple_of(2) {
             bail!("a path alternates nodes and labels and has an odd number of tokens");
         }
         let mut path = Path {

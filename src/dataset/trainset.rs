@@ -79,7 +79,7 @@ fn explore_one(
             holdout_redraws += 1;
             continue;
         }
-        let ni = geometric(rng, d.p_geom, d.max_constraints);
+        let ni = geometric(rng, d.p_geom, d.max_constraints).min(g.n_labels);
         let nx = geometric(rng, d.p_geom, d.max_constraints).min(g.n_labels - ni);
         let include = random_labels(rng, all, ni);
         let exclude = random_labels(rng, all & !include, nx);

@@ -1,0 +1,8 @@
+//! The integration tests: one binary, one module per topic (see STYLE.md).
+
+mod util;
+
+mod data_cli;
+mod data_props;
+mod tokenizer;
+mod uniform;
