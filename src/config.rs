@@ -105,6 +105,82 @@ impl Default for DataConfig {
     }
 }
 
+/// `[model]`: the GPT-2 shape (SPEC §5).
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct ModelConfig {
+    /// Layers L. Default: the 1M-bucket model (a) of the training issue.
+    pub n_layer: u32,
+    /// Width E.
+    pub n_embd: u32,
+    /// Heads H; E % H must be 0.
+    pub n_head: u32,
+    /// Context length. SPEC: 64.
+    pub n_positions: u32,
+}
+
+impl Default for ModelConfig {
+    fn default() -> Self {
+        ModelConfig {
+            n_layer: 4,
+            n_embd: 128,
+            n_head: 4,
+            n_positions: 64,
+        }
+    }
+}
+
+/// `[train]`: the optimisation (SPEC §5).
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct TrainConfig {
+    /// Sequences per optimizer step. Training issue: 64.
+    pub batch_size: u32,
+    /// Paper: 16 epochs.
+    pub epochs: u32,
+    /// Peak learning rate. SPEC: by bucket when unset (1e-3 / 6e-4 / 3e-4 for 1M / 10M / 100M).
+    pub lr: Option<f64>,
+    /// Linear warmup, as a fraction of all steps. SPEC: 2%.
+    pub warmup_frac: f64,
+    /// Cosine decay ends at lr × this. SPEC: lr/10.
+    pub min_lr_frac: f64,
+    /// AdamW decoupled weight decay, on tensors of rank >= 2 only. SPEC: 0.1.
+    pub weight_decay: f64,
+    /// AdamW β1, β2, ε. SPEC: 0.9, 0.95, 1e-8.
+    pub beta1: f64,
+    pub beta2: f64,
+    pub eps: f64,
+    /// Global gradient-norm clip. SPEC: 1.0.
+    pub grad_clip: f64,
+    /// The run seed: initialisation and batch order.
+    pub seed: u64,
+    /// Optimizer steps between mid-epoch checkpoints (0: only at epoch ends). A crash loses at
+    /// most this much work.
+    pub checkpoint_every: u64,
+    /// Optimizer steps between `train/*` log lines.
+    pub log_every: u64,
+}
+
+impl Default for TrainConfig {
+    fn default() -> Self {
+        TrainConfig {
+            batch_size: 64,
+            epochs: 16,
+            lr: None,
+            warmup_frac: 0.02,
+            min_lr_frac: 0.1,
+            weight_decay: 0.1,
+            beta1: 0.9,
+            beta2: 0.95,
+            eps: 1e-8,
+            grad_clip: 1.0,
+            seed: 0,
+            checkpoint_every: 500,
+            log_every: 10,
+        }
+    }
+}
+
 /// The file as written: every section optional, unknown keys rejected.
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -114,6 +190,10 @@ struct ConfigFile {
     graph: GraphConfig,
     #[serde(default)]
     data: DataConfig,
+    #[serde(default)]
+    model: ModelConfig,
+    #[serde(default)]
+    train: TrainConfig,
 }
 
 /// Most inclusion labels one query may carry: the search's mask has 2^this states per node.
@@ -131,6 +211,18 @@ pub struct Config {
     pub name: String,
     pub graph: GraphConfig,
     pub data: DataConfig,
+    pub model: ModelConfig,
+    pub train: TrainConfig,
+}
+
+/// The resolved config as written to a run directory's `config.toml`.
+#[derive(Serialize)]
+struct ResolvedFile<'a> {
+    name: &'a str,
+    graph: &'a GraphConfig,
+    data: &'a DataConfig,
+    model: &'a ModelConfig,
+    train: &'a TrainConfig,
 }
 
 /// The part of a config that decides the data directory's bytes.
@@ -162,6 +254,8 @@ impl Config {
             name: raw.name.unwrap_or_else(|| default_name.to_string()),
             graph: raw.graph,
             data: raw.data,
+            model: raw.model,
+            train: raw.train,
         };
         cfg.validate()?;
         Ok(cfg)
@@ -193,7 +287,151 @@ impl Config {
         hex(&Sha256::digest(&json))
     }
 
+    /// Non-embedding parameters, 12·L·E² (SPEC §5 bucket rule; biases and norms left out).
+    pub fn non_embedding_params(&self) -> u64 {
+        12 * self.model.n_layer as u64 * (self.model.n_embd as u64).pow(2)
+    }
+
+    /// The peak learning rate: the config's, or the SPEC default of the model's bucket
+    /// (1M / 10M / 100M non-embedding parameters, split at the geometric midpoints).
+    pub fn peak_lr(&self) -> f64 {
+        self.train.lr.unwrap_or_else(|| {
+            let n = self.non_embedding_params() as f64;
+            if n < 3.16e6 {
+                1e-3
+            } else if n < 3.16e7 {
+                6e-4
+            } else {
+                3e-4
+            }
+        })
+    }
+
+    /// The whole resolved config as TOML, defaults filled in.
+    pub fn to_toml(&self) -> String {
+        toml::to_string(&ResolvedFile {
+            name: &self.name,
+            graph: &self.graph,
+            data: &self.data,
+            model: &self.model,
+            train: &self.train,
+        })
+        .expect("config serializes")
+    }
+
+    /// SHA-256 of everything that decides a training run's results.
+    pub fn run_hash(&self) -> String {
+        let json = serde_json::to_vec(&(&self.graph, &self.data, &self.model, &self.train))
+            .expect("config serializes");
+        hex(&Sha256::digest(&json))
+    }
+
     fn validate(&self) -> Result<(), ConfigError> {
+        self.validate_world()?;
+        self.validate_training()
+    }
+
+    fn validate_training(&self) -> Result<(), ConfigError> {
+        let m = &self.model;
+        let t = &self.train;
+        let err = |field: &str, reason: String| Err(self.field_error(field, reason));
+        if m.n_layer == 0 || m.n_layer > 256 {
+            return err(
+                "model.n_layer",
+                format!("must be in 1..=256, got {}", m.n_layer),
+            );
+        }
+        if m.n_head == 0 {
+            return err("model.n_head", "must be at least 1".to_string());
+        }
+        if m.n_embd == 0 || !m.n_embd.is_multiple_of(m.n_head) {
+            return err(
+                "model.n_embd",
+                format!(
+                    "must be a positive multiple of model.n_head ({}), got {}",
+                    m.n_head, m.n_embd
+                ),
+            );
+        }
+        // The longest sequence: u v [ I ] [ X ] : then a path of h_max_train hops and <eos>.
+        let longest = self.longest_sequence();
+        if (m.n_positions as u64) < longest {
+            return err(
+                "model.n_positions",
+                format!(
+                    "{} is shorter than the longest sequence ({longest} tokens: data.h_max_train = {}, \
+                     {} constraint labels)",
+                    m.n_positions,
+                    self.data.h_max_train,
+                    self.max_query_labels()
+                ),
+            );
+        }
+        if t.batch_size == 0 {
+            return err("train.batch_size", "must be at least 1".to_string());
+        }
+        if t.epochs == 0 {
+            return err("train.epochs", "must be at least 1".to_string());
+        }
+        if let Some(lr) = t.lr
+            && !(lr.is_finite() && lr > 0.0)
+        {
+            return err("train.lr", format!("must be a positive number, got {lr}"));
+        }
+        for (field, v) in [
+            ("train.warmup_frac", t.warmup_frac),
+            ("train.beta1", t.beta1),
+            ("train.beta2", t.beta2),
+        ] {
+            if !(0.0..1.0).contains(&v) {
+                return err(field, format!("must be in [0, 1), got {v}"));
+            }
+        }
+        if !(0.0..=1.0).contains(&t.min_lr_frac) {
+            return err(
+                "train.min_lr_frac",
+                format!("must be in [0, 1], got {}", t.min_lr_frac),
+            );
+        }
+        if !(t.weight_decay.is_finite() && t.weight_decay >= 0.0) {
+            return err(
+                "train.weight_decay",
+                format!("must be >= 0, got {}", t.weight_decay),
+            );
+        }
+        if !(t.eps.is_finite() && t.eps > 0.0) {
+            return err("train.eps", format!("must be > 0, got {}", t.eps));
+        }
+        if !(t.grad_clip.is_finite() && t.grad_clip > 0.0) {
+            return err(
+                "train.grad_clip",
+                format!("must be > 0, got {}", t.grad_clip),
+            );
+        }
+        if t.log_every == 0 {
+            return err("train.log_every", "must be at least 1".to_string());
+        }
+        Ok(())
+    }
+
+    /// Most constraint labels one query can carry (eval levels or exploration caps).
+    pub fn max_query_labels(&self) -> u64 {
+        let explore = 2 * self.data.max_constraints as u64;
+        let eval = self.data.levels as u64 - 1;
+        explore.max(eval).max(1).min(self.graph.n_labels as u64)
+    }
+
+    /// Tokens in the longest possible training sequence.
+    pub fn longest_sequence(&self) -> u64 {
+        let hops = self
+            .data
+            .h_max_train
+            .max(*self.data.eval_hops.iter().max().unwrap_or(&1)) as u64;
+        // u v [ ] [ ] : = 7 tokens, plus the labels; path 2h+1 tokens; <eos>.
+        7 + self.max_query_labels() + 2 * hops + 1 + 1
+    }
+
+    fn validate_world(&self) -> Result<(), ConfigError> {
         let g = &self.graph;
         let d = &self.data;
         let err = |field: &str, reason: String| Err(self.field_error(field, reason));

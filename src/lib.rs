@@ -1,12 +1,14 @@
 //! `lab`: a lab for the science of machine creativity. The modules follow the data's path:
-//! config → graph → search → dataset → tokenizer, with the CLI on top.
+//! config → graph → search → dataset → tokenizer → model → train, with the CLI on top.
 
 pub mod cli;
 pub mod config;
 pub mod dataset;
 pub mod fsutil;
 pub mod graph;
+pub mod model;
 pub mod progress;
 pub mod rng;
 pub mod search;
 pub mod tokenizer;
+pub mod train;

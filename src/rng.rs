@@ -13,6 +13,8 @@ pub enum Purpose {
     EvalQueries,
     Explore,
     Shuffle,
+    Init,
+    Order,
 }
 
 impl Purpose {
@@ -23,6 +25,8 @@ impl Purpose {
             Purpose::EvalQueries => "eval-queries",
             Purpose::Explore => "explore",
             Purpose::Shuffle => "shuffle",
+            Purpose::Init => "init",
+            Purpose::Order => "order",
         }
     }
 }

@@ -4,5 +4,6 @@ mod util;
 
 mod data_cli;
 mod data_props;
+mod parity;
 mod tokenizer;
 mod uniform;

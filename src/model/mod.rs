@@ -1,0 +1,412 @@
+//! GPT-2 as HF `GPT2LMHeadModel` (SPEC §5): HF tensor names, Conv1D (in, out) weights, a head
+//! tied to `wte`, parameter counts, init, safetensors and `config.json`. Takes the vocabulary
+//! from `tokenizer`; fused CPU kernels from `ops`, the KV cache from `kv`.
+
+pub mod kv;
+pub mod ops;
+
+use std::collections::HashMap;
+use std::path::Path;
+
+use anyhow::{Context, bail};
+use candle_core::{D, DType, Device, Result, Tensor, Var};
+use rand_distr::{Distribution, StandardNormal};
+use serde::{Deserialize, Serialize};
+
+use crate::config::Config;
+use crate::fsutil::write_atomic;
+use crate::rng::{Purpose, stream};
+use crate::tokenizer::{EOS, PAD};
+use kv::KvCache;
+
+/// The model shape, resolved: what `config.json` records.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct GptConfig {
+    /// Embedding rows: the vocabulary rounded up to a multiple of 64 (SPEC §4).
+    pub vocab_size: usize,
+    pub n_positions: usize,
+    pub n_embd: usize,
+    pub n_layer: usize,
+    pub n_head: usize,
+}
+
+/// Embedding rows are padded to this multiple (SPEC §4).
+const VOCAB_MULTIPLE: usize = 64;
+/// HF GPT-2's initializer_range.
+const INIT_STD: f64 = 0.02;
+
+impl GptConfig {
+    pub fn new(cfg: &Config, n_tokens: u32) -> GptConfig {
+        GptConfig {
+            vocab_size: (n_tokens as usize).div_ceil(VOCAB_MULTIPLE) * VOCAB_MULTIPLE,
+            n_positions: cfg.model.n_positions as usize,
+            n_embd: cfg.model.n_embd as usize,
+            n_layer: cfg.model.n_layer as usize,
+            n_head: cfg.model.n_head as usize,
+        }
+    }
+
+    /// (name, shape) of every parameter, in HF's order.
+    pub fn param_shapes(&self) -> Vec<(String, Vec<usize>)> {
+        let (e, v, p) = (self.n_embd, self.vocab_size, self.n_positions);
+        let mut out = vec![
+            ("transformer.wte.weight".to_string(), vec![v, e]),
+            ("transformer.wpe.weight".to_string(), vec![p, e]),
+        ];
+        for i in 0..self.n_layer {
+            let h = format!("transformer.h.{i}");
+            for (name, shape) in [
+                ("ln_1.weight", vec![e]),
+                ("ln_1.bias", vec![e]),
+                ("attn.c_attn.weight", vec![e, 3 * e]),
+                ("attn.c_attn.bias", vec![3 * e]),
+                ("attn.c_proj.weight", vec![e, e]),
+                ("attn.c_proj.bias", vec![e]),
+                ("ln_2.weight", vec![e]),
+                ("ln_2.bias", vec![e]),
+                ("mlp.c_fc.weight", vec![e, 4 * e]),
+                ("mlp.c_fc.bias", vec![4 * e]),
+                ("mlp.c_proj.weight", vec![4 * e, e]),
+                ("mlp.c_proj.bias", vec![e]),
+            ] {
+                out.push((format!("{h}.{name}"), shape));
+            }
+        }
+        out.push(("transformer.ln_f.weight".to_string(), vec![e]));
+        out.push(("transformer.ln_f.bias".to_string(), vec![e]));
+        out
+    }
+
+    /// All parameters (the tied head counted once).
+    pub fn total_params(&self) -> u64 {
+        self.param_shapes()
+            .iter()
+            .map(|(_, s)| s.iter().product::<usize>() as u64)
+            .sum()
+    }
+
+    /// Everything but the token and position embeddings.
+    pub fn non_embedding_params(&self) -> u64 {
+        self.total_params() - ((self.vocab_size + self.n_positions) * self.n_embd) as u64
+    }
+
+    /// Training FLOPs per token at padded length `t` (SPEC §5): 6·N_non-emb + 12·L·E·T.
+    pub fn flops_per_token(&self, t: usize) -> f64 {
+        6.0 * self.non_embedding_params() as f64 + 12.0 * (self.n_layer * self.n_embd * t) as f64
+    }
+
+    /// HF `GPT2Config` as `config.json`.
+    pub fn hf_config_json(&self) -> String {
+        let j = serde_json::json!({
+            "architectures": ["GPT2LMHeadModel"],
+            "model_type": "gpt2",
+            "vocab_size": self.vocab_size,
+            "n_positions": self.n_positions,
+            "n_ctx": self.n_positions,
+            "n_embd": self.n_embd,
+            "n_layer": self.n_layer,
+            "n_head": self.n_head,
+            "n_inner": null,
+            "activation_function": "gelu_new",
+            "resid_pdrop": 0.0,
+            "embd_pdrop": 0.0,
+            "attn_pdrop": 0.0,
+            "layer_norm_epsilon": ops::LN_EPS as f64,
+            "initializer_range": INIT_STD,
+            "scale_attn_weights": true,
+            "tie_word_embeddings": true,
+            "bos_token_id": EOS,
+            "eos_token_id": EOS,
+            "pad_token_id": PAD,
+            "use_cache": true,
+            "torch_dtype": "float32",
+        });
+        serde_json::to_string_pretty(&j).expect("json") + "\n"
+    }
+}
+
+/// Which kernels the forward pass uses. `Fused` is the CPU path (hand-written forward and
+/// backward); `Composed` builds everything from candle's differentiable ops and runs on any
+/// device. Both compute the same function; tests hold them to each other.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Kernels {
+    Fused,
+    Composed,
+}
+
+impl Kernels {
+    pub fn for_device(d: &Device) -> Kernels {
+        if d.is_cpu() {
+            Kernels::Fused
+        } else {
+            Kernels::Composed
+        }
+    }
+}
+
+/// One transformer block's parameters, named like the HF tensors.
+struct Block {
+    ln_1: (Tensor, Tensor),
+    c_attn: (Tensor, Tensor),
+    attn_c_proj: (Tensor, Tensor),
+    ln_2: (Tensor, Tensor),
+    c_fc: (Tensor, Tensor),
+    mlp_c_proj: (Tensor, Tensor),
+}
+
+/// GPT-2 with its parameters as candle `Var`s.
+pub struct Gpt {
+    pub cfg: GptConfig,
+    pub kernels: Kernels,
+    /// Every parameter with its HF name, in HF order.
+    pub params: Vec<(String, Var)>,
+    wte: Tensor,
+    wpe: Tensor,
+    h: Vec<Block>,
+    ln_f: (Tensor, Tensor),
+}
+
+impl Gpt {
+    /// A fresh model: N(0, 0.02) weights, `c_proj` weights scaled by 1/√(2L), zero biases,
+    /// unit LayerNorms, drawn from the run seed.
+    pub fn init(cfg: GptConfig, seed: u64, device: &Device) -> Result<Gpt> {
+        let mut rng = stream(seed, Purpose::Init, 0);
+        let mut tensors = HashMap::new();
+        for (name, shape) in cfg.param_shapes() {
+            let n: usize = shape.iter().product();
+            let data: Vec<f32> = if name.ends_with(".bias") {
+                vec![0.0; n]
+            } else if name.contains(".ln_") || name.contains("ln_f") {
+                vec![1.0; n]
+            } else {
+                let std = if name.ends_with("c_proj.weight") {
+                    INIT_STD / (2.0 * cfg.n_layer as f64).sqrt()
+                } else {
+                    INIT_STD
+                };
+                (0..n)
+                    .map(|_| {
+                        let z: f64 = StandardNormal.sample(&mut rng);
+                        (z * std) as f32
+                    })
+                    .collect()
+            };
+            tensors.insert(name, Tensor::from_vec(data, shape, device)?);
+        }
+        Gpt::from_tensors(cfg, tensors, device)
+    }
+
+    /// Build from named tensors (HF names); every parameter must be present with its shape.
+    pub fn from_tensors(
+        cfg: GptConfig,
+        mut tensors: HashMap<String, Tensor>,
+        device: &Device,
+    ) -> Result<Gpt> {
+        let mut params = Vec::new();
+        for (name, shape) in cfg.param_shapes() {
+            let t = tensors
+                .remove(&name)
+                .ok_or_else(|| candle_core::Error::Msg(format!("missing tensor {name}")))?;
+            if t.dims() != shape.as_slice() {
+                candle_core::bail!("tensor {name} has shape {:?}, expected {shape:?}", t.dims());
+            }
+            let t = t.to_dtype(DType::F32)?.to_device(device)?;
+            params.push((name, Var::from_tensor(&t)?));
+        }
+        let get = |i: &mut usize| {
+            let t = params[*i].1.as_tensor().clone();
+            *i += 1;
+            t
+        };
+        let mut i = 0;
+        let wte = get(&mut i);
+        let wpe = get(&mut i);
+        let mut h = Vec::new();
+        for _ in 0..cfg.n_layer {
+            let mut pair = || (get(&mut i), get(&mut i));
+            h.push(Block {
+                ln_1: pair(),
+                c_attn: pair(),
+                attn_c_proj: pair(),
+                ln_2: pair(),
+                c_fc: pair(),
+                mlp_c_proj: pair(),
+            });
+        }
+        let ln_f = (get(&mut i), get(&mut i));
+        Ok(Gpt {
+            cfg,
+            kernels: Kernels::for_device(device),
+            params,
+            wte,
+            wpe,
+            h,
+            ln_f,
+        })
+    }
+
+    /// Load `model.safetensors` (HF names; a stray `lm_head.weight` is the tied `wte`).
+    pub fn load(cfg: GptConfig, path: &Path, device: &Device) -> anyhow::Result<Gpt> {
+        let mut tensors = load_tensors(path)?;
+        tensors.remove("lm_head.weight");
+        Gpt::from_tensors(cfg, tensors, device)
+            .with_context(|| format!("{}: does not match the config's model", path.display()))
+    }
+
+    /// The parameters as named tensors.
+    pub fn named_tensors(&self) -> Vec<(String, Tensor)> {
+        self.params
+            .iter()
+            .map(|(n, v)| (n.clone(), v.as_tensor().clone()))
+            .collect()
+    }
+
+    /// Write `model.safetensors` atomically.
+    pub fn save(&self, path: &Path) -> anyhow::Result<()> {
+        save_tensors(&self.named_tensors(), path)
+    }
+
+    pub fn device(&self) -> &Device {
+        self.wte.device()
+    }
+
+    fn layer_norm(&self, x: &Tensor, (w, b): &(Tensor, Tensor)) -> Result<Tensor> {
+        match self.kernels {
+            Kernels::Fused => ops::layer_norm(x, w, b),
+            Kernels::Composed => {
+                let mean = x.mean_keepdim(D::Minus1)?;
+                let xc = x.broadcast_sub(&mean)?;
+                let var = xc.sqr()?.mean_keepdim(D::Minus1)?;
+                let xhat = xc.broadcast_div(&(var + ops::LN_EPS as f64)?.sqrt()?)?;
+                xhat.broadcast_mul(w)?.broadcast_add(b)
+            }
+        }
+    }
+
+    fn gelu(&self, x: &Tensor) -> Result<Tensor> {
+        match self.kernels {
+            Kernels::Fused => ops::gelu(x),
+            Kernels::Composed => x.gelu(),
+        }
+    }
+
+    /// Causal self-attention of a packed q|k|v (B, T, 3E) block, with past keys and values
+    /// from `cache` when decoding. Returns (B, T, E).
+    fn attention(&self, qkv: &Tensor, layer: usize, cache: Option<&mut KvCache>) -> Result<Tensor> {
+        let (b, t, e3) = qkv.dims3()?;
+        let e = e3 / 3;
+        let (nh, hd) = (self.cfg.n_head, e / self.cfg.n_head);
+        if cache.is_none() && self.kernels == Kernels::Fused {
+            return ops::causal_attention(qkv, nh);
+        }
+        let heads = |i: usize| -> Result<Tensor> {
+            qkv.narrow(2, i * e, e)?
+                .reshape((b, t, nh, hd))?
+                .transpose(1, 2)?
+                .contiguous()
+        };
+        let (q, mut k, mut v) = (heads(0)?, heads(1)?, heads(2)?);
+        let mut past = 0;
+        let mut key_bias = None;
+        if let Some(c) = cache {
+            past = c.len();
+            (k, v) = c.append(layer, &k, &v)?;
+            key_bias = c.key_bias(past + t)?;
+        }
+        let total = past + t;
+        let scale = 1.0 / (hd as f64).sqrt();
+        let mut att = (q.matmul(&k.t()?)? * scale)?;
+        if t > 1 {
+            let mask: Vec<f32> = (0..t)
+                .flat_map(|i| {
+                    (0..total).map(move |j| if j > past + i { f32::NEG_INFINITY } else { 0.0 })
+                })
+                .collect();
+            let mask = Tensor::from_vec(mask, (t, total), att.device())?;
+            att = att.broadcast_add(&mask)?;
+        }
+        if let Some(kb) = key_bias {
+            // (B, total) additive bias hiding padding keys.
+            att = att.broadcast_add(&kb.reshape((b, 1, 1, total))?)?;
+        }
+        let p = candle_nn::ops::softmax(&att, D::Minus1)?;
+        p.matmul(&v)?.transpose(1, 2)?.reshape((b, t, e))
+    }
+
+    /// Hidden states after `ln_f`, (B·T, E), for token ids (B, T) at positions `pos` (B, T).
+    /// Training passes `cache = None` and positions 0..T; decoding passes a cache.
+    pub fn hidden(
+        &self,
+        ids: &Tensor,
+        pos: &Tensor,
+        mut cache: Option<&mut KvCache>,
+    ) -> Result<Tensor> {
+        let (b, t) = ids.dims2()?;
+        let e = self.cfg.n_embd;
+        let tok = self.wte.embedding(&ids.flatten_all()?)?;
+        let posv = self.wpe.embedding(&pos.flatten_all()?)?;
+        let mut x = (tok + posv)?;
+        for (i, blk) in self.h.iter().enumerate() {
+            let a = self.layer_norm(&x, &blk.ln_1)?;
+            let qkv = linear(&a, &blk.c_attn)?.reshape((b, t, 3 * e))?;
+            let y = self
+                .attention(&qkv, i, cache.as_deref_mut())?
+                .reshape((b * t, e))?;
+            x = (x + linear(&y, &blk.attn_c_proj)?)?;
+            let m = self.layer_norm(&x, &blk.ln_2)?;
+            let f = self.gelu(&linear(&m, &blk.c_fc)?)?;
+            x = (x + linear(&f, &blk.mlp_c_proj)?)?;
+        }
+        if let Some(c) = cache {
+            c.advance(t);
+        }
+        self.layer_norm(&x, &self.ln_f)
+    }
+
+    /// Mean cross-entropy of the hidden rows `rows` (indices into B·T) against `targets`,
+    /// over all `vocab_size` logits as HF computes it.
+    pub fn loss(&self, hidden: &Tensor, rows: &Tensor, targets: &Tensor) -> Result<Tensor> {
+        let sel = hidden.index_select(rows, 0)?;
+        match self.kernels {
+            Kernels::Fused => ops::head_cross_entropy(&sel, &self.wte, targets),
+            Kernels::Composed => {
+                let logits = sel.matmul(&self.wte.t()?)?;
+                let logp = candle_nn::ops::log_softmax(&logits, D::Minus1)?;
+                let picked = logp.gather(&targets.unsqueeze(1)?, 1)?;
+                picked.mean_all()?.neg()
+            }
+        }
+    }
+
+    /// Logits (n, vocab) of selected hidden rows: the head at the positions that decode.
+    pub fn logits(&self, hidden_rows: &Tensor) -> Result<Tensor> {
+        hidden_rows.matmul(&self.wte.t()?)
+    }
+}
+
+/// x · W + b with W in Conv1D (in, out) layout.
+fn linear(x: &Tensor, (w, b): &(Tensor, Tensor)) -> Result<Tensor> {
+    x.matmul(w)?.broadcast_add(b)
+}
+
+/// Write named tensors as safetensors (HF's `format: pt` metadata), atomically.
+pub fn save_tensors(tensors: &[(String, Tensor)], path: &Path) -> anyhow::Result<()> {
+    let meta = HashMap::from([("format".to_string(), "pt".to_string())]);
+    let cpu: Vec<(String, Tensor)> = tensors
+        .iter()
+        .map(|(n, t)| Ok((n.clone(), t.to_device(&Device::Cpu)?.contiguous()?)))
+        .collect::<Result<_>>()?;
+    let bytes = safetensors::serialize(cpu.iter().map(|(n, t)| (n.as_str(), t)), Some(meta))
+        .with_context(|| format!("{}: cannot serialize", path.display()))?;
+    write_atomic(path, &bytes)
+}
+
+/// Read a safetensors file fully, with a one-line error naming it.
+pub fn load_tensors(path: &Path) -> anyhow::Result<HashMap<String, Tensor>> {
+    let bytes = std::fs::read(path).with_context(|| format!("{}: cannot read", path.display()))?;
+    let t = candle_core::safetensors::load_buffer(&bytes, &Device::Cpu);
+    match t {
+        Ok(t) => Ok(t),
+        Err(e) => bail!("{}: not a readable safetensors file ({e})", path.display()),
+    }
+}

@@ -1,0 +1,570 @@
+//! Fused CPU kernels with hand-written backward passes: LayerNorm, causal self-attention,
+//! tanh-GELU, and the LM head fused with masked cross-entropy. candle-nn's fused norms and
+//! softmax have no backward (candle #2168, #2977, #3011); these do, and are tested for it.
+
+use candle_core::{CpuStorage, CustomOp1, CustomOp3, DType, Layout, Result, Shape, Tensor, bail};
+use gemm::{Parallelism, gemm};
+use rayon::prelude::*;
+
+/// LayerNorm epsilon (SPEC §5, as in HF GPT-2).
+pub const LN_EPS: f32 = 1e-5;
+/// Rows per parallel task; fixed so that reductions sum in the same order on any thread count.
+const ROWS: usize = 64;
+
+/// The contiguous f32 slice behind a storage, or an error naming the op.
+fn f32s<'a>(s: &'a CpuStorage, l: &Layout, op: &str) -> Result<&'a [f32]> {
+    match (s, l.contiguous_offsets()) {
+        (CpuStorage::F32(v), Some((a, b))) => Ok(&v[a..b]),
+        (CpuStorage::F32(_), None) => bail!("{op}: input must be contiguous"),
+        _ => bail!("{op}: input must be f32"),
+    }
+}
+
+fn u32s<'a>(s: &'a CpuStorage, l: &Layout, op: &str) -> Result<&'a [u32]> {
+    match (s, l.contiguous_offsets()) {
+        (CpuStorage::U32(v), Some((a, b))) => Ok(&v[a..b]),
+        _ => bail!("{op}: targets must be contiguous u32"),
+    }
+}
+
+fn threads() -> Parallelism {
+    match rayon::current_num_threads() {
+        1 => Parallelism::None,
+        n => Parallelism::Rayon(n),
+    }
+}
+
+/// C (m×n, row-major) = [C +] A·B, where A and B are addressed by (row, column) strides.
+/// This is the single entry into the gemm crate, the kernel candle's CPU matmul uses.
+#[allow(clippy::too_many_arguments)]
+pub fn sgemm(
+    m: usize,
+    n: usize,
+    k: usize,
+    c: &mut [f32],
+    accumulate: bool,
+    a: &[f32],
+    a_rs: usize,
+    a_cs: usize,
+    b: &[f32],
+    b_rs: usize,
+    b_cs: usize,
+    par: bool,
+) {
+    assert!(c.len() >= m * n);
+    assert!(m == 0 || k == 0 || a.len() > (m - 1) * a_rs + (k - 1) * a_cs);
+    assert!(n == 0 || k == 0 || b.len() > (k - 1) * b_rs + (n - 1) * b_cs);
+    // SAFETY: the asserts above bound every index gemm touches in a, b and c.
+    unsafe {
+        gemm(
+            m,
+            n,
+            k,
+            c.as_mut_ptr(),
+            1,
+            n as isize,
+            accumulate,
+            a.as_ptr(),
+            a_cs as isize,
+            a_rs as isize,
+            b.as_ptr(),
+            b_cs as isize,
+            b_rs as isize,
+            if accumulate { 1.0 } else { 0.0 },
+            1.0,
+            false,
+            false,
+            false,
+            if par { threads() } else { Parallelism::None },
+        )
+    }
+}
+
+// ---------------------------------------------------------------- LayerNorm
+
+/// y = (x − mean) / √(var + ε) · w + b over the last dimension.
+struct LayerNorm;
+
+fn ln_row_stats(x: &[f32]) -> (f32, f32) {
+    let c = x.len() as f32;
+    let mean = x.iter().sum::<f32>() / c;
+    let var = x.iter().map(|v| (v - mean) * (v - mean)).sum::<f32>() / c;
+    (mean, 1.0 / (var + LN_EPS).sqrt())
+}
+
+impl CustomOp3 for LayerNorm {
+    fn name(&self) -> &'static str {
+        "lab-layer-norm"
+    }
+
+    fn cpu_fwd(
+        &self,
+        xs: &CpuStorage,
+        xl: &Layout,
+        ws: &CpuStorage,
+        wl: &Layout,
+        bs: &CpuStorage,
+        bl: &Layout,
+    ) -> Result<(CpuStorage, Shape)> {
+        let x = f32s(xs, xl, self.name())?;
+        let w = f32s(ws, wl, self.name())?;
+        let b = f32s(bs, bl, self.name())?;
+        let c = w.len();
+        let mut y = vec![0f32; x.len()];
+        y.par_chunks_mut(c * ROWS)
+            .zip(x.par_chunks(c * ROWS))
+            .for_each(|(yc, xc)| {
+                for (yr, xr) in yc.chunks_mut(c).zip(xc.chunks(c)) {
+                    let (mean, rstd) = ln_row_stats(xr);
+                    for i in 0..c {
+                        yr[i] = (xr[i] - mean) * rstd * w[i] + b[i];
+                    }
+                }
+            });
+        Ok((CpuStorage::F32(y), xl.shape().clone()))
+    }
+
+    fn bwd(
+        &self,
+        x: &Tensor,
+        w: &Tensor,
+        _b: &Tensor,
+        _y: &Tensor,
+        dy: &Tensor,
+    ) -> Result<(Option<Tensor>, Option<Tensor>, Option<Tensor>)> {
+        let c = w.dim(0)?;
+        let n = x.elem_count();
+        let packed = x.apply_op3_no_bwd(w, &dy.contiguous()?, &LayerNormBwd)?;
+        let dx = packed.narrow(0, 0, n)?.reshape(x.shape())?;
+        let dw = packed.narrow(0, n, c)?;
+        let db = packed.narrow(0, n + c, c)?;
+        Ok((Some(dx), Some(dw), Some(db)))
+    }
+}
+
+/// The LayerNorm backward as one pass: dx, then dw and db, packed in one flat tensor.
+struct LayerNormBwd;
+
+impl CustomOp3 for LayerNormBwd {
+    fn name(&self) -> &'static str {
+        "lab-layer-norm-bwd"
+    }
+
+    fn cpu_fwd(
+        &self,
+        xs: &CpuStorage,
+        xl: &Layout,
+        ws: &CpuStorage,
+        wl: &Layout,
+        dys: &CpuStorage,
+        dyl: &Layout,
+    ) -> Result<(CpuStorage, Shape)> {
+        let x = f32s(xs, xl, self.name())?;
+        let w = f32s(ws, wl, self.name())?;
+        let dy = f32s(dys, dyl, self.name())?;
+        let c = w.len();
+        let n = x.len();
+        let mut out = vec![0f32; n + 2 * c];
+        let (dx, _) = out.split_at_mut(n);
+        let partials: Vec<Vec<f32>> = dx
+            .par_chunks_mut(c * ROWS)
+            .zip(x.par_chunks(c * ROWS).zip(dy.par_chunks(c * ROWS)))
+            .map(|(dxc, (xc, dyc))| {
+                let mut acc = vec![0f32; 2 * c];
+                let mut xhat = vec![0f32; c];
+                for ((dxr, xr), dyr) in dxc.chunks_mut(c).zip(xc.chunks(c)).zip(dyc.chunks(c)) {
+                    let (mean, rstd) = ln_row_stats(xr);
+                    let (mut m1, mut m2) = (0f32, 0f32);
+                    for i in 0..c {
+                        xhat[i] = (xr[i] - mean) * rstd;
+                        let g = dyr[i] * w[i];
+                        m1 += g;
+                        m2 += g * xhat[i];
+                        acc[i] += dyr[i] * xhat[i];
+                        acc[c + i] += dyr[i];
+                    }
+                    let (m1, m2) = (m1 / c as f32, m2 / c as f32);
+                    for i in 0..c {
+                        dxr[i] = (dyr[i] * w[i] - m1 - xhat[i] * m2) * rstd;
+                    }
+                }
+                acc
+            })
+            .collect();
+        let tail = &mut out[n..];
+        for p in partials {
+            for (t, v) in tail.iter_mut().zip(p) {
+                *t += v;
+            }
+        }
+        Ok((CpuStorage::F32(out), Shape::from(n + 2 * c)))
+    }
+}
+
+pub fn layer_norm(x: &Tensor, w: &Tensor, b: &Tensor) -> Result<Tensor> {
+    x.contiguous()?.apply_op3(w, b, LayerNorm)
+}
+
+// ---------------------------------------------------------------- attention
+
+/// Causal multi-head self-attention over a packed (B, T, 3E) q|k|v tensor, as HF GPT-2 lays
+/// it out (`c_attn` output). Returns (B, T, E) with heads concatenated.
+struct CausalAttention {
+    n_head: usize,
+}
+
+/// Softmax of causal scores for one (batch, head): p[t][j] for j ≤ t, row-major T×T.
+fn attention_probs(qkv: &[f32], t_len: usize, e: usize, h: usize, hd: usize, p: &mut [f32]) {
+    let scale = 1.0 / (hd as f32).sqrt();
+    for t in 0..t_len {
+        let q = &qkv[t * 3 * e + h * hd..][..hd];
+        let row = &mut p[t * t_len..(t + 1) * t_len];
+        let mut max = f32::NEG_INFINITY;
+        for j in 0..=t {
+            let k = &qkv[j * 3 * e + e + h * hd..][..hd];
+            let s = q.iter().zip(k).map(|(a, b)| a * b).sum::<f32>() * scale;
+            row[j] = s;
+            max = max.max(s);
+        }
+        let mut sum = 0f32;
+        for v in row[..=t].iter_mut() {
+            *v = (*v - max).exp();
+            sum += *v;
+        }
+        let inv = 1.0 / sum;
+        for v in row[..=t].iter_mut() {
+            *v *= inv;
+        }
+        row[t + 1..].fill(0.0);
+    }
+}
+
+impl CustomOp1 for CausalAttention {
+    fn name(&self) -> &'static str {
+        "lab-causal-attention"
+    }
+
+    fn cpu_fwd(&self, s: &CpuStorage, l: &Layout) -> Result<(CpuStorage, Shape)> {
+        let qkv = f32s(s, l, self.name())?;
+        let (b, t_len, e3) = l.shape().dims3()?;
+        let e = e3 / 3;
+        let hd = e / self.n_head;
+        let mut y = vec![0f32; b * t_len * e];
+        y.par_chunks_mut(t_len * e)
+            .zip(qkv.par_chunks(t_len * e3))
+            .for_each(|(yb, xb)| {
+                let mut p = vec![0f32; t_len * t_len];
+                for h in 0..self.n_head {
+                    attention_probs(xb, t_len, e, h, hd, &mut p);
+                    for t in 0..t_len {
+                        let out = &mut yb[t * e + h * hd..][..hd];
+                        out.fill(0.0);
+                        for j in 0..=t {
+                            let pj = p[t * t_len + j];
+                            let v = &xb[j * e3 + 2 * e + h * hd..][..hd];
+                            for (o, vv) in out.iter_mut().zip(v) {
+                                *o += pj * vv;
+                            }
+                        }
+                    }
+                }
+            });
+        Ok((CpuStorage::F32(y), Shape::from((b, t_len, e))))
+    }
+
+    fn bwd(&self, qkv: &Tensor, _y: &Tensor, dy: &Tensor) -> Result<Option<Tensor>> {
+        let d = qkv.apply_op2_no_bwd(
+            &dy.contiguous()?,
+            &CausalAttentionBwd {
+                n_head: self.n_head,
+            },
+        )?;
+        Ok(Some(d))
+    }
+}
+
+/// d(qkv) from dy, recomputing the probabilities (cheap for T ≤ 64).
+struct CausalAttentionBwd {
+    n_head: usize,
+}
+
+impl candle_core::CustomOp2 for CausalAttentionBwd {
+    fn name(&self) -> &'static str {
+        "lab-causal-attention-bwd"
+    }
+
+    fn cpu_fwd(
+        &self,
+        s: &CpuStorage,
+        l: &Layout,
+        ds: &CpuStorage,
+        dl: &Layout,
+    ) -> Result<(CpuStorage, Shape)> {
+        let qkv = f32s(s, l, self.name())?;
+        let dy = f32s(ds, dl, self.name())?;
+        let (_, t_len, e3) = l.shape().dims3()?;
+        let e = e3 / 3;
+        let hd = e / self.n_head;
+        let scale = 1.0 / (hd as f32).sqrt();
+        let mut dqkv = vec![0f32; qkv.len()];
+        dqkv.par_chunks_mut(t_len * e3)
+            .zip(qkv.par_chunks(t_len * e3).zip(dy.par_chunks(t_len * e)))
+            .for_each(|(dxb, (xb, dyb))| {
+                let mut p = vec![0f32; t_len * t_len];
+                let mut dp = vec![0f32; t_len];
+                for h in 0..self.n_head {
+                    attention_probs(xb, t_len, e, h, hd, &mut p);
+                    for t in 0..t_len {
+                        let dyt = &dyb[t * e + h * hd..][..hd];
+                        // dp_j = dy_t · v_j; dv_j += p_tj dy_t
+                        let mut dot = 0f32;
+                        for j in 0..=t {
+                            let v = &xb[j * e3 + 2 * e + h * hd..][..hd];
+                            dp[j] = dyt.iter().zip(v).map(|(a, b)| a * b).sum();
+                            dot += dp[j] * p[t * t_len + j];
+                            let pj = p[t * t_len + j];
+                            let dv = &mut dxb[j * e3 + 2 * e + h * hd..][..hd];
+                            for (d, g) in dv.iter_mut().zip(dyt) {
+                                *d += pj * g;
+                            }
+                        }
+                        // ds_j = p_j (dp_j − Σ p dp); dq_t += scale ds_j k_j; dk_j += scale ds_j q_t
+                        for j in 0..=t {
+                            let ds = p[t * t_len + j] * (dp[j] - dot) * scale;
+                            let (qi, ki) = (t * e3 + h * hd, j * e3 + e + h * hd);
+                            for i in 0..hd {
+                                dxb[qi + i] += ds * xb[ki + i];
+                            }
+                            for i in 0..hd {
+                                dxb[ki + i] += ds * xb[qi + i];
+                            }
+                        }
+                    }
+                }
+            });
+        Ok((CpuStorage::F32(dqkv), l.shape().clone()))
+    }
+}
+
+pub fn causal_attention(qkv: &Tensor, n_head: usize) -> Result<Tensor> {
+    qkv.contiguous()?.apply_op1(CausalAttention { n_head })
+}
+
+// ---------------------------------------------------------------- GELU
+
+const GELU_C: f32 = 0.797_884_6; // √(2/π)
+const GELU_A: f32 = 0.044_715;
+
+/// GELU with the tanh approximation (HF `gelu_new`).
+struct Gelu;
+
+impl CustomOp1 for Gelu {
+    fn name(&self) -> &'static str {
+        "lab-gelu"
+    }
+
+    fn cpu_fwd(&self, s: &CpuStorage, l: &Layout) -> Result<(CpuStorage, Shape)> {
+        let x = f32s(s, l, self.name())?;
+        let mut y = vec![0f32; x.len()];
+        y.par_chunks_mut(1 << 14)
+            .zip(x.par_chunks(1 << 14))
+            .for_each(|(yc, xc)| {
+                for (y, &x) in yc.iter_mut().zip(xc) {
+                    *y = 0.5 * x * (1.0 + (GELU_C * (x + GELU_A * x * x * x)).tanh());
+                }
+            });
+        Ok((CpuStorage::F32(y), l.shape().clone()))
+    }
+
+    fn bwd(&self, x: &Tensor, _y: &Tensor, dy: &Tensor) -> Result<Option<Tensor>> {
+        Ok(Some(x.apply_op2_no_bwd(&dy.contiguous()?, &GeluBwd)?))
+    }
+}
+
+struct GeluBwd;
+
+impl candle_core::CustomOp2 for GeluBwd {
+    fn name(&self) -> &'static str {
+        "lab-gelu-bwd"
+    }
+
+    fn cpu_fwd(
+        &self,
+        s: &CpuStorage,
+        l: &Layout,
+        ds: &CpuStorage,
+        dl: &Layout,
+    ) -> Result<(CpuStorage, Shape)> {
+        let x = f32s(s, l, self.name())?;
+        let dy = f32s(ds, dl, self.name())?;
+        let mut dx = vec![0f32; x.len()];
+        dx.par_chunks_mut(1 << 14)
+            .zip(x.par_chunks(1 << 14).zip(dy.par_chunks(1 << 14)))
+            .for_each(|(dc, (xc, gc))| {
+                for ((d, &x), &g) in dc.iter_mut().zip(xc).zip(gc) {
+                    let u = GELU_C * (x + GELU_A * x * x * x);
+                    let th = u.tanh();
+                    let du = GELU_C * (1.0 + 3.0 * GELU_A * x * x);
+                    *d = g * (0.5 * (1.0 + th) + 0.5 * x * (1.0 - th * th) * du);
+                }
+            });
+        Ok((CpuStorage::F32(dx), l.shape().clone()))
+    }
+}
+
+pub fn gelu(x: &Tensor) -> Result<Tensor> {
+    x.contiguous()?.apply_op1(Gelu)
+}
+
+// ---------------------------------------------------------------- LM head + cross-entropy
+
+/// Rows of the head computed at once: the logits of a chunk stay in cache.
+const HEAD_CHUNK: usize = 128;
+
+/// mean over rows of −log softmax(x · wteᵀ)[target], never materialising all logits.
+struct HeadCrossEntropy;
+
+/// Logits of one chunk of rows, then per row: its loss, and (when `grad` is given) the
+/// softmax gradient written back over the logits. Rows run in parallel; one exp per logit.
+#[allow(clippy::too_many_arguments)]
+fn head_chunk(
+    x: &[f32],
+    w: &[f32],
+    e: usize,
+    v: usize,
+    tgt: &[u32],
+    logits: &mut [f32],
+    grad: Option<f32>,
+) -> f64 {
+    let rows = tgt.len();
+    sgemm(rows, v, e, logits, false, x, e, 1, w, 1, e, true);
+    let losses: Vec<f64> = logits[..rows * v]
+        .par_chunks_mut(v)
+        .zip(tgt.par_iter())
+        .map(|(row, &t)| {
+            let target = row[t as usize];
+            let max = row.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+            let mut sum = 0f32;
+            for z in row.iter_mut() {
+                *z = (*z - max).exp();
+                sum += *z;
+            }
+            if let Some(g) = grad {
+                let scale = g / sum;
+                for z in row.iter_mut() {
+                    *z *= scale;
+                }
+                row[t as usize] -= g;
+            }
+            (max + sum.ln() - target) as f64
+        })
+        .collect();
+    losses.iter().sum()
+}
+
+impl CustomOp3 for HeadCrossEntropy {
+    fn name(&self) -> &'static str {
+        "lab-head-cross-entropy"
+    }
+
+    fn cpu_fwd(
+        &self,
+        xs: &CpuStorage,
+        xl: &Layout,
+        ws: &CpuStorage,
+        wl: &Layout,
+        ts: &CpuStorage,
+        tl: &Layout,
+    ) -> Result<(CpuStorage, Shape)> {
+        let x = f32s(xs, xl, self.name())?;
+        let w = f32s(ws, wl, self.name())?;
+        let tgt = u32s(ts, tl, self.name())?;
+        let (v, e) = wl.shape().dims2()?;
+        let n = tgt.len();
+        let mut logits = vec![0f32; HEAD_CHUNK.min(n.max(1)) * v];
+        let mut loss = 0f64;
+        for (c, tc) in tgt.chunks(HEAD_CHUNK).enumerate() {
+            let xc = &x[c * HEAD_CHUNK * e..][..tc.len() * e];
+            loss += head_chunk(xc, w, e, v, tc, &mut logits, None);
+        }
+        Ok((
+            CpuStorage::F32(vec![(loss / n.max(1) as f64) as f32]),
+            Shape::from(()),
+        ))
+    }
+
+    fn bwd(
+        &self,
+        x: &Tensor,
+        w: &Tensor,
+        t: &Tensor,
+        _loss: &Tensor,
+        dloss: &Tensor,
+    ) -> Result<(Option<Tensor>, Option<Tensor>, Option<Tensor>)> {
+        let g = dloss.to_dtype(DType::F32)?.to_vec0::<f32>()?;
+        let packed = x.apply_op3_no_bwd(w, t, &HeadCrossEntropyBwd { grad: g })?;
+        let n = x.elem_count();
+        let dx = packed.narrow(0, 0, n)?.reshape(x.shape())?;
+        let dw = packed.narrow(0, n, w.elem_count())?.reshape(w.shape())?;
+        Ok((Some(dx), Some(dw), None))
+    }
+}
+
+/// The head backward: dx (n×E) and dwte (V×E), packed.
+struct HeadCrossEntropyBwd {
+    grad: f32,
+}
+
+impl CustomOp3 for HeadCrossEntropyBwd {
+    fn name(&self) -> &'static str {
+        "lab-head-cross-entropy-bwd"
+    }
+
+    fn cpu_fwd(
+        &self,
+        xs: &CpuStorage,
+        xl: &Layout,
+        ws: &CpuStorage,
+        wl: &Layout,
+        ts: &CpuStorage,
+        tl: &Layout,
+    ) -> Result<(CpuStorage, Shape)> {
+        let x = f32s(xs, xl, self.name())?;
+        let w = f32s(ws, wl, self.name())?;
+        let tgt = u32s(ts, tl, self.name())?;
+        let (v, e) = wl.shape().dims2()?;
+        let n = tgt.len();
+        let mut out = vec![0f32; n * e + v * e];
+        let (dx, dw) = out.split_at_mut(n * e);
+        let mut logits = vec![0f32; HEAD_CHUNK.min(n.max(1)) * v];
+        let g = self.grad / n.max(1) as f32;
+        for (c, tc) in tgt.chunks(HEAD_CHUNK).enumerate() {
+            let rows = tc.len();
+            let xc = &x[c * HEAD_CHUNK * e..][..rows * e];
+            head_chunk(xc, w, e, v, tc, &mut logits, Some(g));
+            // dx = dlogits · W ; dW += dlogitsᵀ · x
+            sgemm(
+                rows,
+                e,
+                v,
+                &mut dx[c * HEAD_CHUNK * e..][..rows * e],
+                false,
+                &logits,
+                v,
+                1,
+                w,
+                e,
+                1,
+                true,
+            );
+            sgemm(v, e, rows, dw, c > 0, &logits, 1, v, xc, e, 1, true);
+        }
+        Ok((CpuStorage::F32(out), Shape::from(n * e + v * e)))
+    }
+}
+
+/// Mean cross-entropy of the rows of `x` (n×E) against `targets` (n, u32) under the tied head
+/// `wte` (V×E).
+pub fn head_cross_entropy(x: &Tensor, wte: &Tensor, targets: &Tensor) -> Result<Tensor> {
+    x.contiguous()?.apply_op3(wte, targets, HeadCrossEntropy)
+}

@@ -1,0 +1,240 @@
+//! AdamW that can resume (SPEC §5): PyTorch's update, decoupled weight decay on tensors of
+//! rank >= 2 only, global-norm clipping folded into the update, and moments that are saved
+//! to and restored from `optimizer.safetensors`. In place on CPU.
+
+use std::collections::HashMap;
+use std::sync::Mutex;
+
+use candle_core::backprop::GradStore;
+use candle_core::{CpuStorage, DType, InplaceOp2, Layout, Result, Tensor, Var, bail};
+
+use crate::config::TrainConfig;
+
+#[derive(Clone, Copy, Debug)]
+pub struct Hyper {
+    pub beta1: f64,
+    pub beta2: f64,
+    pub eps: f64,
+    pub weight_decay: f64,
+    pub grad_clip: f64,
+}
+
+impl Hyper {
+    pub fn from_config(t: &TrainConfig) -> Hyper {
+        Hyper {
+            beta1: t.beta1,
+            beta2: t.beta2,
+            eps: t.eps,
+            weight_decay: t.weight_decay,
+            grad_clip: t.grad_clip,
+        }
+    }
+}
+
+/// First and second moments of one parameter: host vectors updated in place on CPU, device
+/// tensors elsewhere.
+enum Moments {
+    Host(Mutex<(Vec<f32>, Vec<f32>)>),
+    Device(Tensor, Tensor),
+}
+
+struct Slot {
+    name: String,
+    decay: bool,
+    moments: Moments,
+}
+
+pub struct AdamW {
+    hp: Hyper,
+    slots: Vec<Slot>,
+    /// Updates taken so far (PyTorch's `step`, used for bias correction).
+    pub steps: u64,
+}
+
+/// The scalars of one update, shared by every parameter.
+#[derive(Clone, Copy)]
+struct Update {
+    lr: f32,
+    decay: f32,
+    beta1: f32,
+    beta2: f32,
+    eps: f32,
+    step_size: f32,
+    bc2_sqrt: f32,
+    clip: f32,
+}
+
+/// The in-place CPU update of one parameter from its gradient.
+struct InPlace<'a> {
+    u: Update,
+    moments: &'a Mutex<(Vec<f32>, Vec<f32>)>,
+}
+
+impl InplaceOp2 for InPlace<'_> {
+    fn name(&self) -> &'static str {
+        "lab-adamw"
+    }
+
+    fn cpu_fwd(
+        &self,
+        dst: &mut CpuStorage,
+        dl: &Layout,
+        gs: &CpuStorage,
+        gl: &Layout,
+    ) -> Result<()> {
+        let (CpuStorage::F32(p), CpuStorage::F32(g)) = (dst, gs) else {
+            bail!("lab-adamw: f32 only");
+        };
+        let (Some((p0, p1)), Some((g0, g1))) = (dl.contiguous_offsets(), gl.contiguous_offsets())
+        else {
+            bail!("lab-adamw: contiguous tensors only");
+        };
+        let (p, g) = (&mut p[p0..p1], &g[g0..g1]);
+        let mut guard = self.moments.lock().expect("moments lock");
+        let (m, v) = &mut *guard;
+        let u = self.u;
+        for i in 0..p.len() {
+            let gi = g[i] * u.clip;
+            m[i] = u.beta1 * m[i] + (1.0 - u.beta1) * gi;
+            v[i] = u.beta2 * v[i] + (1.0 - u.beta2) * gi * gi;
+            p[i] *= 1.0 - u.lr * u.decay;
+            p[i] -= u.step_size * m[i] / (v[i].sqrt() / u.bc2_sqrt + u.eps);
+        }
+        Ok(())
+    }
+}
+
+impl AdamW {
+    pub fn new(params: &[(String, Var)], hp: Hyper) -> Result<AdamW> {
+        let slots = params
+            .iter()
+            .map(|(name, var)| {
+                let t = var.as_tensor();
+                let moments = if t.device().is_cpu() {
+                    let n = t.elem_count();
+                    Moments::Host(Mutex::new((vec![0.0; n], vec![0.0; n])))
+                } else {
+                    Moments::Device(t.zeros_like()?, t.zeros_like()?)
+                };
+                Ok(Slot {
+                    name: name.clone(),
+                    decay: t.rank() >= 2,
+                    moments,
+                })
+            })
+            .collect::<Result<_>>()?;
+        Ok(AdamW {
+            hp,
+            slots,
+            steps: 0,
+        })
+    }
+
+    /// The global L2 norm of the gradients (before clipping).
+    pub fn grad_norm(params: &[(String, Var)], grads: &GradStore) -> Result<f64> {
+        let mut total = 0f64;
+        for (name, var) in params {
+            let Some(g) = grads.get(var.as_tensor()) else {
+                bail!("no gradient for {name}");
+            };
+            total += g
+                .sqr()?
+                .sum_all()?
+                .to_dtype(DType::F64)?
+                .to_scalar::<f64>()?;
+        }
+        Ok(total.sqrt())
+    }
+
+    /// One update at learning rate `lr`. Returns the gradient norm before clipping.
+    pub fn step(&mut self, params: &[(String, Var)], grads: &GradStore, lr: f64) -> Result<f64> {
+        let norm = AdamW::grad_norm(params, grads)?;
+        self.steps += 1;
+        let hp = self.hp;
+        let t = self.steps as i32;
+        let bc1 = 1.0 - hp.beta1.powi(t);
+        let bc2 = 1.0 - hp.beta2.powi(t);
+        let clip = (hp.grad_clip / (norm + 1e-6)).min(1.0);
+        for (slot, (_, var)) in self.slots.iter_mut().zip(params) {
+            let grad = grads.get(var.as_tensor()).expect("checked in grad_norm");
+            let u = Update {
+                lr: lr as f32,
+                decay: if slot.decay {
+                    hp.weight_decay as f32
+                } else {
+                    0.0
+                },
+                beta1: hp.beta1 as f32,
+                beta2: hp.beta2 as f32,
+                eps: hp.eps as f32,
+                step_size: (lr / bc1) as f32,
+                bc2_sqrt: bc2.sqrt() as f32,
+                clip: clip as f32,
+            };
+            match &mut slot.moments {
+                Moments::Host(m) => {
+                    var.as_tensor()
+                        .inplace_op2(&grad.contiguous()?, &InPlace { u, moments: m })?;
+                }
+                Moments::Device(m, v) => {
+                    let g = (grad * clip)?;
+                    *m = ((&*m * hp.beta1)? + (&g * (1.0 - hp.beta1))?)?;
+                    *v = ((&*v * hp.beta2)? + (g.sqr()? * (1.0 - hp.beta2))?)?;
+                    let p = (var.as_tensor() * (1.0 - lr * u.decay as f64))?;
+                    let denom = ((v.sqrt()? / bc2.sqrt())? + hp.eps)?;
+                    var.set(&(p - (m.div(&denom)? * (lr / bc1))?)?)?;
+                }
+            }
+        }
+        Ok(norm)
+    }
+
+    /// The moments as named tensors, for `optimizer.safetensors`.
+    pub fn state_tensors(&self) -> Result<Vec<(String, Tensor)>> {
+        let mut out = Vec::new();
+        for s in &self.slots {
+            let (m, v) = match &s.moments {
+                Moments::Host(mv) => {
+                    let g = mv.lock().expect("moments lock");
+                    (
+                        Tensor::new(g.0.as_slice(), &candle_core::Device::Cpu)?,
+                        Tensor::new(g.1.as_slice(), &candle_core::Device::Cpu)?,
+                    )
+                }
+                Moments::Device(m, v) => (m.flatten_all()?, v.flatten_all()?),
+            };
+            out.push((format!("exp_avg.{}", s.name), m));
+            out.push((format!("exp_avg_sq.{}", s.name), v));
+        }
+        Ok(out)
+    }
+
+    /// Restore moments saved by `state_tensors` and the step count.
+    pub fn load_state(&mut self, mut t: HashMap<String, Tensor>, steps: u64) -> anyhow::Result<()> {
+        for s in &mut self.slots {
+            let mut take = |k: String| {
+                t.remove(&k)
+                    .ok_or_else(|| anyhow::anyhow!("missing {k}"))
+                    .and_then(|x| Ok(x.to_dtype(DType::F32)?.flatten_all()?))
+            };
+            let m = take(format!("exp_avg.{}", s.name))?;
+            let v = take(format!("exp_avg_sq.{}", s.name))?;
+            match &mut s.moments {
+                Moments::Host(mv) => {
+                    let g = mv.get_mut().expect("moments lock");
+                    let (mm, vv) = (m.to_vec1::<f32>()?, v.to_vec1::<f32>()?);
+                    if mm.len() != g.0.len() || vv.len() != g.1.len() {
+                        anyhow::bail!("moments of {} have the wrong size", s.name);
+                    }
+                    *g = (mm, vv);
+                }
+                Moments::Device(dm, dv) => {
+                    *dm = m.to_device(dm.device())?.reshape(dm.shape())?;
+                    *dv = v.to_device(dv.device())?.reshape(dv.shape())?;
+                }
+            }
+        }
+        self.steps = steps;
+        Ok(())
+    }
+}

@@ -1,0 +1,5 @@
+//! Training (SPEC §5): the optimizer, the schedule, batches from the token cache, the loop with
+//! checkpoints, metrics and evaluation hooks.
+
+pub mod adamw;
+pub mod schedule;
