@@ -3,6 +3,7 @@
 
 pub mod cli;
 pub mod config;
+pub mod device;
 pub mod dataset;
 pub mod fsutil;
 pub mod graph;

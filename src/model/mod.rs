@@ -2,6 +2,7 @@
 //! tied to `wte`, parameter counts, init, safetensors and `config.json`. Takes the vocabulary
 //! from `tokenizer`; fused CPU kernels from `ops`, the KV cache from `kv`.
 
+pub mod fastmath;
 pub mod kv;
 pub mod ops;
 
@@ -283,6 +284,14 @@ impl Gpt {
         }
     }
 
+    /// x · W + b with W in Conv1D (in, out) layout.
+    fn linear(&self, x: &Tensor, (w, b): &(Tensor, Tensor)) -> Result<Tensor> {
+        match self.kernels {
+            Kernels::Fused => ops::linear(x, w, b),
+            Kernels::Composed => x.matmul(w)?.broadcast_add(b),
+        }
+    }
+
     fn gelu(&self, x: &Tensor) -> Result<Tensor> {
         match self.kernels {
             Kernels::Fused => ops::gelu(x),
@@ -348,14 +357,14 @@ impl Gpt {
         let mut x = (tok + posv)?;
         for (i, blk) in self.h.iter().enumerate() {
             let a = self.layer_norm(&x, &blk.ln_1)?;
-            let qkv = linear(&a, &blk.c_attn)?.reshape((b, t, 3 * e))?;
+            let qkv = self.linear(&a, &blk.c_attn)?.reshape((b, t, 3 * e))?;
             let y = self
                 .attention(&qkv, i, cache.as_deref_mut())?
                 .reshape((b * t, e))?;
-            x = (x + linear(&y, &blk.attn_c_proj)?)?;
+            x = (x + self.linear(&y, &blk.attn_c_proj)?)?;
             let m = self.layer_norm(&x, &blk.ln_2)?;
-            let f = self.gelu(&linear(&m, &blk.c_fc)?)?;
-            x = (x + linear(&f, &blk.mlp_c_proj)?)?;
+            let f = self.gelu(&self.linear(&m, &blk.c_fc)?)?;
+            x = (x + self.linear(&f, &blk.mlp_c_proj)?)?;
         }
         if let Some(c) = cache {
             c.advance(t);
@@ -382,11 +391,6 @@ impl Gpt {
     pub fn logits(&self, hidden_rows: &Tensor) -> Result<Tensor> {
         hidden_rows.matmul(&self.wte.t()?)
     }
-}
-
-/// x · W + b with W in Conv1D (in, out) layout.
-fn linear(x: &Tensor, (w, b): &(Tensor, Tensor)) -> Result<Tensor> {
-    x.matmul(w)?.broadcast_add(b)
 }
 
 /// Write named tensors as safetensors (HF's `format: pt` metadata), atomically.

@@ -6,6 +6,8 @@ use candle_core::{CpuStorage, CustomOp1, CustomOp3, DType, Layout, Result, Shape
 use gemm::{Parallelism, gemm};
 use rayon::prelude::*;
 
+use crate::model::fastmath;
+
 /// LayerNorm epsilon (SPEC §5, as in HF GPT-2).
 pub const LN_EPS: f32 = 1e-5;
 /// Rows per parallel task; fixed so that reductions sum in the same order on any thread count.
@@ -87,7 +89,7 @@ struct LayerNorm;
 
 fn ln_row_stats(x: &[f32]) -> (f32, f32) {
     let c = x.len() as f32;
-    let mean = x.iter().sum::<f32>() / c;
+    let mean = fastmath::sum(x) / c;
     let var = x.iter().map(|v| (v - mean) * (v - mean)).sum::<f32>() / c;
     (mean, 1.0 / (var + LN_EPS).sqrt())
 }
@@ -219,22 +221,11 @@ fn attention_probs(qkv: &[f32], t_len: usize, e: usize, h: usize, hd: usize, p: 
     for t in 0..t_len {
         let q = &qkv[t * 3 * e + h * hd..][..hd];
         let row = &mut p[t * t_len..(t + 1) * t_len];
-        let mut max = f32::NEG_INFINITY;
         for j in 0..=t {
             let k = &qkv[j * 3 * e + e + h * hd..][..hd];
-            let s = q.iter().zip(k).map(|(a, b)| a * b).sum::<f32>() * scale;
-            row[j] = s;
-            max = max.max(s);
+            row[j] = fastmath::dot(q, k) * scale;
         }
-        let mut sum = 0f32;
-        for v in row[..=t].iter_mut() {
-            *v = (*v - max).exp();
-            sum += *v;
-        }
-        let inv = 1.0 / sum;
-        for v in row[..=t].iter_mut() {
-            *v *= inv;
-        }
+        fastmath::softmax_in_place(&mut row[..=t]);
         row[t + 1..].fill(0.0);
     }
 }
@@ -320,7 +311,7 @@ impl candle_core::CustomOp2 for CausalAttentionBwd {
                         let mut dot = 0f32;
                         for j in 0..=t {
                             let v = &xb[j * e3 + 2 * e + h * hd..][..hd];
-                            dp[j] = dyt.iter().zip(v).map(|(a, b)| a * b).sum();
+                            dp[j] = fastmath::dot(dyt, v);
                             dot += dp[j] * p[t * t_len + j];
                             let pj = p[t * t_len + j];
                             let dv = &mut dxb[j * e3 + 2 * e + h * hd..][..hd];
@@ -370,7 +361,7 @@ impl CustomOp1 for Gelu {
             .zip(x.par_chunks(1 << 14))
             .for_each(|(yc, xc)| {
                 for (y, &x) in yc.iter_mut().zip(xc) {
-                    *y = 0.5 * x * (1.0 + (GELU_C * (x + GELU_A * x * x * x)).tanh());
+                    *y = 0.5 * x * (1.0 + fastmath::tanh(GELU_C * (x + GELU_A * x * x * x)));
                 }
             });
         Ok((CpuStorage::F32(y), l.shape().clone()))
@@ -403,7 +394,7 @@ impl candle_core::CustomOp2 for GeluBwd {
             .for_each(|(dc, (xc, gc))| {
                 for ((d, &x), &g) in dc.iter_mut().zip(xc).zip(gc) {
                     let u = GELU_C * (x + GELU_A * x * x * x);
-                    let th = u.tanh();
+                    let th = fastmath::tanh(u);
                     let du = GELU_C * (1.0 + 3.0 * GELU_A * x * x);
                     *d = g * (0.5 * (1.0 + th) + 0.5 * x * (1.0 - th * th) * du);
                 }
@@ -416,46 +407,135 @@ pub fn gelu(x: &Tensor) -> Result<Tensor> {
     x.contiguous()?.apply_op1(Gelu)
 }
 
+// ---------------------------------------------------------------- linear
+
+/// y = x · W + b with W in Conv1D (in, out) layout, as one gemm into rows preset to b.
+struct Linear;
+
+impl CustomOp3 for Linear {
+    fn name(&self) -> &'static str {
+        "lab-linear"
+    }
+
+    fn cpu_fwd(
+        &self,
+        xs: &CpuStorage,
+        xl: &Layout,
+        ws: &CpuStorage,
+        wl: &Layout,
+        bs: &CpuStorage,
+        bl: &Layout,
+    ) -> Result<(CpuStorage, Shape)> {
+        let x = f32s(xs, xl, self.name())?;
+        let w = f32s(ws, wl, self.name())?;
+        let b = f32s(bs, bl, self.name())?;
+        let (k, n) = wl.shape().dims2()?;
+        let m = x.len() / k;
+        let mut y = vec![0f32; m * n];
+        y.par_chunks_mut(n * ROWS).for_each(|c| {
+            for row in c.chunks_mut(n) {
+                row.copy_from_slice(b);
+            }
+        });
+        sgemm(m, n, k, &mut y, true, x, k, 1, w, n, 1, true);
+        let mut dims = xl.shape().dims().to_vec();
+        *dims.last_mut().unwrap() = n;
+        Ok((CpuStorage::F32(y), Shape::from(dims)))
+    }
+
+    fn bwd(
+        &self,
+        x: &Tensor,
+        w: &Tensor,
+        b: &Tensor,
+        _y: &Tensor,
+        dy: &Tensor,
+    ) -> Result<(Option<Tensor>, Option<Tensor>, Option<Tensor>)> {
+        let packed = x.apply_op3_no_bwd(w, &dy.contiguous()?, &LinearBwd)?;
+        let (nx, nw) = (x.elem_count(), w.elem_count());
+        let dx = packed.narrow(0, 0, nx)?.reshape(x.shape())?;
+        let dw = packed.narrow(0, nx, nw)?.reshape(w.shape())?;
+        let db = packed.narrow(0, nx + nw, b.elem_count())?;
+        Ok((Some(dx), Some(dw), Some(db)))
+    }
+}
+
+/// dx = dy · Wᵀ, dW = xᵀ · dy, db = Σ_rows dy, packed.
+struct LinearBwd;
+
+impl CustomOp3 for LinearBwd {
+    fn name(&self) -> &'static str {
+        "lab-linear-bwd"
+    }
+
+    fn cpu_fwd(
+        &self,
+        xs: &CpuStorage,
+        xl: &Layout,
+        ws: &CpuStorage,
+        wl: &Layout,
+        ds: &CpuStorage,
+        dl: &Layout,
+    ) -> Result<(CpuStorage, Shape)> {
+        let x = f32s(xs, xl, self.name())?;
+        let w = f32s(ws, wl, self.name())?;
+        let dy = f32s(ds, dl, self.name())?;
+        let (k, n) = wl.shape().dims2()?;
+        let m = x.len() / k;
+        let mut out = vec![0f32; m * k + k * n + n];
+        let (dx, rest) = out.split_at_mut(m * k);
+        let (dw, db) = rest.split_at_mut(k * n);
+        sgemm(m, k, n, dx, false, dy, n, 1, w, 1, n, true);
+        sgemm(k, n, m, dw, false, x, 1, k, dy, n, 1, true);
+        let partials: Vec<Vec<f32>> = dy
+            .par_chunks(n * ROWS)
+            .map(|c| {
+                let mut acc = vec![0f32; n];
+                for row in c.chunks(n) {
+                    for (a, v) in acc.iter_mut().zip(row) {
+                        *a += v;
+                    }
+                }
+                acc
+            })
+            .collect();
+        for p in partials {
+            for (a, v) in db.iter_mut().zip(p) {
+                *a += v;
+            }
+        }
+        Ok((CpuStorage::F32(out), Shape::from(m * k + k * n + n)))
+    }
+}
+
+/// x · W + b over the last dimension of x, W (in, out).
+pub fn linear(x: &Tensor, w: &Tensor, b: &Tensor) -> Result<Tensor> {
+    x.contiguous()?.apply_op3(w, b, Linear)
+}
+
 // ---------------------------------------------------------------- LM head + cross-entropy
 
 /// Rows of the head computed at once: the logits of a chunk stay in cache.
 const HEAD_CHUNK: usize = 128;
 
-/// mean over rows of −log softmax(x · wteᵀ)[target], never materialising all logits.
-struct HeadCrossEntropy;
+/// mean over rows of −log softmax(x · wteᵀ)[target]. The forward keeps the softmax of each
+/// row for the backward, which then needs no second pass over the vocabulary.
+#[derive(Default)]
+struct HeadCrossEntropy {
+    probs: std::sync::Mutex<Vec<f32>>,
+}
 
-/// Logits of one chunk of rows, then per row: its loss, and (when `grad` is given) the
-/// softmax gradient written back over the logits. Rows run in parallel; one exp per logit.
-#[allow(clippy::too_many_arguments)]
-fn head_chunk(
-    x: &[f32],
-    w: &[f32],
-    e: usize,
-    v: usize,
-    tgt: &[u32],
-    logits: &mut [f32],
-    grad: Option<f32>,
-) -> f64 {
+/// Logits of rows `x` into `out`, then each row turned into its softmax in place; returns the
+/// summed loss. Rows run in parallel; one exp per logit.
+fn head_softmax(x: &[f32], w: &[f32], e: usize, v: usize, tgt: &[u32], out: &mut [f32]) -> f64 {
     let rows = tgt.len();
-    sgemm(rows, v, e, logits, false, x, e, 1, w, 1, e, true);
-    let losses: Vec<f64> = logits[..rows * v]
+    sgemm(rows, v, e, out, false, x, e, 1, w, 1, e, true);
+    let losses: Vec<f64> = out[..rows * v]
         .par_chunks_mut(v)
         .zip(tgt.par_iter())
         .map(|(row, &t)| {
             let target = row[t as usize];
-            let max = row.iter().copied().fold(f32::NEG_INFINITY, f32::max);
-            let mut sum = 0f32;
-            for z in row.iter_mut() {
-                *z = (*z - max).exp();
-                sum += *z;
-            }
-            if let Some(g) = grad {
-                let scale = g / sum;
-                for z in row.iter_mut() {
-                    *z *= scale;
-                }
-                row[t as usize] -= g;
-            }
+            let (max, sum) = fastmath::softmax_in_place(row);
             (max + sum.ln() - target) as f64
         })
         .collect();
@@ -481,16 +561,15 @@ impl CustomOp3 for HeadCrossEntropy {
         let tgt = u32s(ts, tl, self.name())?;
         let (v, e) = wl.shape().dims2()?;
         let n = tgt.len();
-        let mut logits = vec![0f32; HEAD_CHUNK.min(n.max(1)) * v];
+        let mut probs = vec![0f32; n * v];
         let mut loss = 0f64;
         for (c, tc) in tgt.chunks(HEAD_CHUNK).enumerate() {
-            let xc = &x[c * HEAD_CHUNK * e..][..tc.len() * e];
-            loss += head_chunk(xc, w, e, v, tc, &mut logits, None);
+            let rows = tc.len();
+            let xc = &x[c * HEAD_CHUNK * e..][..rows * e];
+            loss += head_softmax(xc, w, e, v, tc, &mut probs[c * HEAD_CHUNK * v..][..rows * v]);
         }
-        Ok((
-            CpuStorage::F32(vec![(loss / n.max(1) as f64) as f32]),
-            Shape::from(()),
-        ))
+        *self.probs.lock().expect("head probabilities") = probs;
+        Ok((CpuStorage::F32(vec![(loss / n.max(1) as f64) as f32]), Shape::from(())))
     }
 
     fn bwd(
@@ -502,7 +581,12 @@ impl CustomOp3 for HeadCrossEntropy {
         dloss: &Tensor,
     ) -> Result<(Option<Tensor>, Option<Tensor>, Option<Tensor>)> {
         let g = dloss.to_dtype(DType::F32)?.to_vec0::<f32>()?;
-        let packed = x.apply_op3_no_bwd(w, t, &HeadCrossEntropyBwd { grad: g })?;
+        let probs = std::mem::take(&mut *self.probs.lock().expect("head probabilities"));
+        let bwd = HeadCrossEntropyBwd {
+            grad: g,
+            probs: std::sync::Mutex::new(probs),
+        };
+        let packed = x.apply_op3_no_bwd(w, t, &bwd)?;
         let n = x.elem_count();
         let dx = packed.narrow(0, 0, n)?.reshape(x.shape())?;
         let dw = packed.narrow(0, n, w.elem_count())?.reshape(w.shape())?;
@@ -510,9 +594,11 @@ impl CustomOp3 for HeadCrossEntropy {
     }
 }
 
-/// The head backward: dx (n×E) and dwte (V×E), packed.
+/// The head backward from the saved softmax: dlogits = (p − onehot)·g/n, then dx (n×E) and
+/// dwte (V×E), packed.
 struct HeadCrossEntropyBwd {
     grad: f32,
+    probs: std::sync::Mutex<Vec<f32>>,
 }
 
 impl CustomOp3 for HeadCrossEntropyBwd {
@@ -534,31 +620,22 @@ impl CustomOp3 for HeadCrossEntropyBwd {
         let tgt = u32s(ts, tl, self.name())?;
         let (v, e) = wl.shape().dims2()?;
         let n = tgt.len();
+        let mut dl = std::mem::take(&mut *self.probs.lock().expect("head probabilities"));
+        if dl.len() != n * v {
+            bail!("{}: the forward's probabilities are gone (backward run twice?)", self.name());
+        }
+        let g = self.grad / n.max(1) as f32;
+        dl.par_chunks_mut(v).zip(tgt.par_iter()).for_each(|(row, &t)| {
+            for z in row.iter_mut() {
+                *z *= g;
+            }
+            row[t as usize] -= g;
+        });
         let mut out = vec![0f32; n * e + v * e];
         let (dx, dw) = out.split_at_mut(n * e);
-        let mut logits = vec![0f32; HEAD_CHUNK.min(n.max(1)) * v];
-        let g = self.grad / n.max(1) as f32;
-        for (c, tc) in tgt.chunks(HEAD_CHUNK).enumerate() {
-            let rows = tc.len();
-            let xc = &x[c * HEAD_CHUNK * e..][..rows * e];
-            head_chunk(xc, w, e, v, tc, &mut logits, Some(g));
-            // dx = dlogits · W ; dW += dlogitsᵀ · x
-            sgemm(
-                rows,
-                e,
-                v,
-                &mut dx[c * HEAD_CHUNK * e..][..rows * e],
-                false,
-                &logits,
-                v,
-                1,
-                w,
-                e,
-                1,
-                true,
-            );
-            sgemm(v, e, rows, dw, c > 0, &logits, 1, v, xc, e, 1, true);
-        }
+        // dx = dlogits · W ; dW = dlogitsᵀ · x
+        sgemm(n, e, v, dx, false, &dl, v, 1, w, e, 1, true);
+        sgemm(v, e, n, dw, false, &dl, 1, v, x, e, 1, true);
         Ok((CpuStorage::F32(out), Shape::from(n * e + v * e)))
     }
 }
@@ -566,5 +643,5 @@ impl CustomOp3 for HeadCrossEntropyBwd {
 /// Mean cross-entropy of the rows of `x` (n×E) against `targets` (n, u32) under the tied head
 /// `wte` (V×E).
 pub fn head_cross_entropy(x: &Tensor, wte: &Tensor, targets: &Tensor) -> Result<Tensor> {
-    x.contiguous()?.apply_op3(wte, targets, HeadCrossEntropy)
+    x.contiguous()?.apply_op3(wte, targets, HeadCrossEntropy::default())
 }

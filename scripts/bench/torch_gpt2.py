@@ -1,0 +1,89 @@
+#!/usr/bin/env python3
+"""PyTorch eager reference for `lab train` throughput: the same GPT-2 (HF GPT2LMHeadModel,
+eager attention), the same batches read from the lab's token cache (same order, same dynamic
+padding, same masked loss), and AdamW with clipping. Prints non-padding tokens/s.
+
+usage: torch_gpt2.py DATA_DIR --layers L --embd E --heads H [--batch 64] [--steps 30]
+       [--threads 2] [--warmup 3] [--head-at-loss]
+"""
+import argparse
+import math
+import struct
+import time
+
+import torch
+from transformers import GPT2Config, GPT2LMHeadModel
+
+ap = argparse.ArgumentParser()
+ap.add_argument("data_dir")
+ap.add_argument("--layers", type=int, required=True)
+ap.add_argument("--embd", type=int, required=True)
+ap.add_argument("--heads", type=int, required=True)
+ap.add_argument("--batch", type=int, default=64)
+ap.add_argument("--steps", type=int, default=30)
+ap.add_argument("--warmup", type=int, default=3)
+ap.add_argument("--threads", type=int, default=2)
+ap.add_argument("--positions", type=int, default=64)
+ap.add_argument("--head-at-loss", action="store_true",
+                help="compute the LM head only at loss positions (the lab's trick)")
+a = ap.parse_args()
+torch.set_num_threads(a.threads)
+torch.manual_seed(0)
+
+# The lab's token cache: magic, n, n_tokens, offsets (n+1 u64), prompt_len (n u32), tokens.
+raw = open(f"{a.data_dir}/cache/train.tok", "rb").read()
+assert raw[:8] == b"LABTOK01", "run `lab train` once first so that the token cache exists"
+n, nt = struct.unpack_from("<QQ", raw, 8)
+offsets = struct.unpack_from(f"<{n + 1}Q", raw, 24)
+p0 = 24 + 8 * (n + 1)
+prompt = struct.unpack_from(f"<{n}I", raw, p0)
+tokens = torch.frombuffer(bytearray(raw[p0 + 4 * n:]), dtype=torch.int32).long()
+vocab = int(tokens.max()) + 1
+vocab = (vocab + 63) // 64 * 64
+
+
+def batch(idx):
+    seqs = [tokens[offsets[i]:offsets[i + 1]] for i in idx]
+    t = max(len(s) - 1 for s in seqs)
+    ids = torch.zeros(len(idx), t, dtype=torch.long)
+    labels = torch.full((len(idx), t), -100, dtype=torch.long)
+    for r, (i, s) in enumerate(zip(idx, seqs)):
+        ids[r, :len(s) - 1] = s[:-1]
+        p = prompt[i]
+        labels[r, p - 1:len(s) - 1] = s[p:]
+    return ids, labels, sum(len(s) - 1 for s in seqs)
+
+
+cfg = GPT2Config(vocab_size=vocab, n_positions=a.positions, n_embd=a.embd, n_layer=a.layers,
+                 n_head=a.heads, activation_function="gelu_new", resid_pdrop=0.0, embd_pdrop=0.0,
+                 attn_pdrop=0.0, bos_token_id=1, eos_token_id=1, attn_implementation="eager")
+model = GPT2LMHeadModel(cfg)
+decay = [p for p in model.parameters() if p.dim() >= 2]
+other = [p for p in model.parameters() if p.dim() < 2]
+opt = torch.optim.AdamW([{"params": decay, "weight_decay": 0.1},
+                         {"params": other, "weight_decay": 0.0}], lr=1e-3, betas=(0.9, 0.95),
+                        eps=1e-8)
+order = torch.randperm(n, generator=torch.Generator().manual_seed(0)).tolist()
+done_tokens, t_start = 0, None
+for step in range(a.steps):
+    if step == a.warmup:
+        t_start, done_tokens = time.perf_counter(), 0
+    ids, labels, ntok = batch(order[step * a.batch:(step + 1) * a.batch])
+    if a.head_at_loss:
+        h = model.transformer(ids).last_hidden_state
+        mask = labels != -100
+        logits = model.lm_head(h[mask])
+        loss = torch.nn.functional.cross_entropy(logits, labels[mask])
+    else:
+        logits = model(ids).logits
+        loss = torch.nn.functional.cross_entropy(logits.reshape(-1, vocab), labels.reshape(-1))
+    opt.zero_grad(set_to_none=True)
+    loss.backward()
+    torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+    opt.step()
+    done_tokens += ntok
+dt = time.perf_counter() - t_start
+print(f"torch eager L={a.layers} E={a.embd} H={a.heads} batch {a.batch}: "
+      f"{done_tokens / dt:.0f} tokens/s over {a.steps - a.warmup} steps "
+      f"(threads {a.threads}, head {'at loss positions' if a.head_at_loss else 'full'}, "
+      f"final loss {loss.item():.3f})")

@@ -1,0 +1,334 @@
+//! The training loop: prepare or resume a run directory, train with AdamW under the schedule,
+//! log, checkpoint mid-epoch and at every epoch end, evaluate each epoch, mark `DONE`.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Instant;
+
+use anyhow::{Context, Result, bail};
+use candle_core::{Device, Tensor};
+use serde::{Deserialize, Serialize};
+
+use crate::config::Config;
+use crate::dataset::{self, DataDir};
+use crate::fsutil::write_atomic;
+use crate::model::{Gpt, GptConfig, load_tensors, save_tensors};
+use crate::progress;
+use crate::train::adamw::{AdamW, Hyper};
+use crate::train::batch::{self, Batch};
+use crate::train::checkpoint::{self, MODEL, OPTIMIZER, TrainerState};
+use crate::train::metrics::Metrics;
+use crate::train::schedule::Schedule;
+use crate::train::tokens::{self, Sequences};
+
+pub const DONE: &str = "DONE";
+pub const RUN: &str = "run.json";
+
+/// What `lab train` was asked to do.
+pub struct Options {
+    pub config: Config,
+    pub out: Option<PathBuf>,
+    pub resume: bool,
+    pub device: Device,
+    pub max_steps: Option<u64>,
+}
+
+/// `run.json`: how to find the run's data, and its sizes.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct RunInfo {
+    pub run_hash: String,
+    pub data_dir: PathBuf,
+    pub model: GptConfig,
+    pub total_params: u64,
+    pub non_embedding_params: u64,
+    pub steps_per_epoch: u64,
+    pub total_steps: u64,
+}
+
+/// How a call to `train` ended.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Ending {
+    /// Every epoch done; `DONE` written.
+    Done,
+    /// Already done before this call.
+    AlreadyDone,
+    /// Stopped at `--max-steps` with a checkpoint.
+    MaxSteps,
+    /// Stopped by SIGUSR1/SIGTERM with a checkpoint; resume with `--resume`.
+    Interrupted,
+}
+
+pub struct Outcome {
+    pub ending: Ending,
+    pub run_dir: PathBuf,
+    pub state: TrainerState,
+    /// Non-padding tokens per second over the steps of this call (after the first).
+    pub tokens_per_s: f64,
+    pub val_loss: Option<f64>,
+    pub info: RunInfo,
+}
+
+/// The default run directory: `checkpoints/<name>/`.
+pub fn default_run_dir(cfg: &Config) -> PathBuf {
+    PathBuf::from("checkpoints").join(&cfg.name)
+}
+
+pub fn read_run_info(run_dir: &Path) -> Result<RunInfo> {
+    let p = run_dir.join(RUN);
+    let text = std::fs::read_to_string(&p).with_context(|| format!("{}: cannot read (not a run directory?)", p.display()))?;
+    serde_json::from_str(&text).with_context(|| format!("{}: not a run description", p.display()))
+}
+
+/// Check that `run_dir` may be used for `cfg`, and create it with its fixed files.
+fn prepare_run_dir(cfg: &Config, run_dir: &Path, resume: bool) -> Result<()> {
+    let cfg_path = run_dir.join("config.toml");
+    if cfg_path.exists() {
+        let theirs = Config::load(&cfg_path)?;
+        if theirs.run_hash() != cfg.run_hash() {
+            bail!(
+                "{}: made by a different config (run hash {}, {} has {}); use another --out",
+                run_dir.display(),
+                &theirs.run_hash()[..12],
+                cfg.source.display(),
+                &cfg.run_hash()[..12]
+            );
+        }
+    }
+    let has_ckpt = checkpoint::exists(run_dir);
+    if resume && !has_ckpt {
+        bail!("{}: no checkpoint to resume", run_dir.display());
+    }
+    if !resume && has_ckpt {
+        bail!(
+            "{}: already holds a checkpoint; pass --resume to continue it, or choose another --out",
+            run_dir.display()
+        );
+    }
+    std::fs::create_dir_all(run_dir).with_context(|| format!("{}: cannot create directory", run_dir.display()))?;
+    write_atomic(&cfg_path, cfg.to_toml().as_bytes())
+}
+
+/// Masked validation loss averaged over tokens (SPEC §5): every eval query followed by its
+/// reference path.
+pub fn validation_loss(model: &Gpt, val: &Sequences, batch_size: usize) -> Result<f64> {
+    let (mut total, mut n) = (0f64, 0usize);
+    let idx: Vec<usize> = (0..val.len()).collect();
+    for chunk in idx.chunks(batch_size) {
+        let b = batch::make(val, chunk, model.device())?;
+        let h = model.hidden(&b.ids, &b.pos, None)?;
+        let l = model.loss(&h, &b.rows, &b.targets)?.to_scalar::<f32>()? as f64;
+        total += l * b.loss_tokens as f64;
+        n += b.loss_tokens;
+    }
+    Ok(total / n.max(1) as f64)
+}
+
+/// Set by SIGUSR1 or SIGTERM: checkpoint at the next step boundary and stop.
+fn stop_flag() -> Result<Arc<AtomicBool>> {
+    let flag = Arc::new(AtomicBool::new(false));
+    for sig in [signal_hook::consts::SIGUSR1, signal_hook::consts::SIGTERM] {
+        signal_hook::flag::register(sig, Arc::clone(&flag)).context("installing signal handlers")?;
+    }
+    Ok(flag)
+}
+
+/// Everything one step needs to know to log and checkpoint.
+struct Loop<'a> {
+    run_dir: &'a Path,
+    model: &'a Gpt,
+    opt: &'a mut AdamW,
+    state: TrainerState,
+    metrics: Metrics,
+}
+
+impl Loop<'_> {
+    fn checkpoint(&self) -> Result<()> {
+        let model = self.model;
+        let opt = &*self.opt;
+        checkpoint::save(
+            self.run_dir,
+            &self.state,
+            &[
+                (MODEL, &|p: &Path| model.save(p)),
+                (OPTIMIZER, &|p: &Path| save_tensors(&opt.state_tensors()?, p)),
+            ],
+        )
+    }
+}
+
+pub fn train(opts: Options) -> Result<Outcome> {
+    let cfg = &opts.config;
+    let data_dir = dataset::default_dir(cfg);
+    dataset::ensure(cfg, &data_dir, false)?;
+    let data = DataDir::open(&data_dir)?;
+    let cache = tokens::load_or_build(&data)?;
+    let run_dir = opts.out.clone().unwrap_or_else(|| default_run_dir(cfg));
+    prepare_run_dir(cfg, &run_dir, opts.resume)?;
+
+    let gcfg = GptConfig::new(cfg, data.vocab().n_tokens());
+    let b = cfg.train.batch_size as usize;
+    let steps_per_epoch = cache.train.len().div_ceil(b) as u64;
+    let total_steps = steps_per_epoch * cfg.train.epochs as u64;
+    let info = RunInfo {
+        run_hash: cfg.run_hash(),
+        data_dir: std::path::absolute(&data_dir)?,
+        model: gcfg,
+        total_params: gcfg.total_params(),
+        non_embedding_params: gcfg.non_embedding_params(),
+        steps_per_epoch,
+        total_steps,
+    };
+    write_atomic(&run_dir.join(RUN), (serde_json::to_string_pretty(&info)? + "\n").as_bytes())?;
+    write_atomic(&run_dir.join("config.json"), gcfg.hf_config_json().as_bytes())?;
+    std::fs::copy(data_dir.join(dataset::TOKENIZER), run_dir.join(dataset::TOKENIZER))
+        .with_context(|| format!("{}: cannot write tokenizer.json", run_dir.display()))?;
+
+    let device = &opts.device;
+    let (model, mut opt, state) = if opts.resume {
+        let (dir, state) = checkpoint::latest(&run_dir)?;
+        if state.run_hash != cfg.run_hash() {
+            bail!("{}: checkpoint of a different config", run_dir.display());
+        }
+        let model = Gpt::load(gcfg, &dir.join(MODEL), device)?;
+        let mut opt = AdamW::new(&model.params, Hyper::from_config(&cfg.train))?;
+        opt.load_state(load_tensors(&dir.join(OPTIMIZER))?, state.step)
+            .with_context(|| format!("{}: optimizer state does not match the model", dir.join(OPTIMIZER).display()))?;
+        (model, opt, state)
+    } else {
+        let model = Gpt::init(gcfg, cfg.train.seed, device)?;
+        let opt = AdamW::new(&model.params, Hyper::from_config(&cfg.train))?;
+        let state = TrainerState {
+            lab_version: env!("CARGO_PKG_VERSION").to_string(),
+            run_hash: cfg.run_hash(),
+            rng: format!("ChaCha8 streams from train.seed = {}: init, and batch order per epoch", cfg.train.seed),
+            ..TrainerState::default()
+        };
+        (model, opt, state)
+    };
+    if run_dir.join(DONE).exists() {
+        return Ok(Outcome {
+            ending: Ending::AlreadyDone,
+            run_dir,
+            val_loss: None,
+            tokens_per_s: 0.0,
+            state,
+            info,
+        });
+    }
+    let metrics = Metrics::open(&run_dir, opts.resume.then_some(state.step))?;
+    let stop = stop_flag()?;
+    let sched = Schedule::new(cfg.peak_lr(), cfg.train.min_lr_frac, cfg.train.warmup_frac, total_steps);
+    let mut lp = Loop {
+        run_dir: &run_dir,
+        model: &model,
+        opt: &mut opt,
+        state,
+        metrics,
+    };
+    let bar = progress::bar(total_steps, "train");
+    bar.set_position(lp.state.step);
+    let (mut call_tokens, mut first_step_tokens, mut first_step_time) = (0u64, 0u64, None);
+    let mut window = (0f64, 0usize, 0usize, Instant::now());
+    let mut val_loss = None;
+    let ending = 'run: loop {
+        if lp.state.epoch >= cfg.train.epochs as u64 {
+            break 'run Ending::Done;
+        }
+        let order = batch::epoch_order(cache.train.len(), cfg.train.seed, lp.state.epoch);
+        while lp.state.batch < steps_per_epoch {
+            if opts.max_steps.is_some_and(|m| lp.state.step >= m) {
+                lp.checkpoint()?;
+                break 'run Ending::MaxSteps;
+            }
+            if stop.load(Ordering::Relaxed) {
+                lp.checkpoint()?;
+                break 'run Ending::Interrupted;
+            }
+            let start = lp.state.batch as usize * b;
+            let idx = &order[start..(start + b).min(order.len())];
+            let batch = batch::make(&cache.train, idx, device)?;
+            let t0 = Instant::now();
+            let lr = sched.lr(lp.state.step);
+            let (loss, grads) =
+                step(&lp, &batch).map_err(|e| anyhow::anyhow!("step {}: {e:#}", lp.state.step + 1))?;
+            let gnorm = lp.opt.step(&model.params, &grads, lr)?;
+            let s = &mut lp.state;
+            s.step += 1;
+            s.batch += 1;
+            s.flops += (batch.b * batch.t) as f64 * gcfg.flops_per_token(batch.t);
+            s.tokens += batch.tokens as u64;
+            s.seconds += t0.elapsed().as_secs_f64();
+            call_tokens += batch.tokens as u64;
+            if first_step_time.is_none() {
+                first_step_time = Some(Instant::now());
+                first_step_tokens = call_tokens;
+            }
+            window.0 += loss;
+            window.1 += 1;
+            window.2 += batch.tokens;
+            if s.step % cfg.train.log_every == 0 {
+                let secs = window.3.elapsed().as_secs_f64();
+                let figures = vec![
+                    ("train/loss".to_string(), window.0 / window.1 as f64),
+                    ("train/lr".to_string(), lr),
+                    ("train/grad_norm".to_string(), gnorm),
+                    ("train/tokens_per_s".to_string(), window.2 as f64 / secs),
+                ];
+                bar.set_message(format!(
+                    "ep {} loss {:.4} lr {lr:.2e} {:.0} tok/s",
+                    s.epoch + 1,
+                    window.0 / window.1 as f64,
+                    window.2 as f64 / secs
+                ));
+                let (step, epoch, flops) = (s.step, s.epoch + 1, s.flops);
+                lp.metrics.log(step, epoch, flops, &figures)?;
+                window = (0.0, 0, 0, Instant::now());
+            }
+            bar.set_position(lp.state.step);
+            if cfg.train.checkpoint_every > 0 && lp.state.step % cfg.train.checkpoint_every == 0 {
+                lp.checkpoint()?;
+            }
+        }
+        lp.state.epoch += 1;
+        lp.state.batch = 0;
+        let v = validation_loss(&model, &cache.val, b)?;
+        val_loss = Some(v);
+        let mut figures = vec![("val/loss".to_string(), v)];
+        figures.extend(crate::train::epoch_eval(&model, &data, lp.state.epoch, &run_dir)?);
+        let (step, epoch, flops) = (lp.state.step, lp.state.epoch, lp.state.flops);
+        lp.metrics.log(step, epoch, flops, &figures)?;
+        lp.checkpoint()?;
+    };
+    bar.finish_and_clear();
+    if ending == Ending::Done {
+        write_atomic(&run_dir.join(DONE), (serde_json::to_string_pretty(&lp.state)? + "\n").as_bytes())?;
+    }
+    let tokens_per_s = first_step_time
+        .map(|t| (call_tokens - first_step_tokens) as f64 / t.elapsed().as_secs_f64().max(1e-9))
+        .unwrap_or(0.0);
+    Ok(Outcome {
+        ending,
+        run_dir: run_dir.clone(),
+        state: lp.state,
+        tokens_per_s,
+        val_loss,
+        info,
+    })
+}
+
+/// Forward and backward of one batch. A non-finite loss stops the run before any update, so
+/// the last checkpoint stays the last good state.
+fn step(lp: &Loop, batch: &Batch) -> Result<(f64, candle_core::backprop::GradStore)> {
+    let h = lp.model.hidden(&batch.ids, &batch.pos, None)?;
+    let loss: Tensor = lp.model.loss(&h, &batch.rows, &batch.targets)?;
+    let l = loss.to_scalar::<f32>()? as f64;
+    if !l.is_finite() {
+        bail!(
+            "the training loss is {l} at epoch {}; stopping without an update. The last good checkpoint is kept in {} (lower train.lr?)",
+            lp.state.epoch + 1,
+            lp.run_dir.display()
+        );
+    }
+    Ok((l, loss.backward()?))
+}
