@@ -4,7 +4,7 @@ weights and batch, and everything the Rust parity test (tests/it/parity.rs) chec
 manner of llm.c's train_gpt2.py::write_state:
 
   param.<name>      the weights (HF names, Conv1D (in, out) layout)
-  ids               (B, T) input ids, u32, right-padded with <pad> = 0
+  ids, lengths      (B, T) input ids, right-padded with <pad> = 0, and each row's length
   rows, targets     the loss positions (flat indices into B*T) and their target ids
   logits            (B, T, V) logits
   loss              the masked mean cross-entropy
@@ -70,6 +70,7 @@ model.zero_grad()
 logits, loss = masked_loss(ids)
 loss.backward()
 out["ids"] = ids.to(torch.int64)
+out["lengths"] = torch.tensor(lengths, dtype=torch.int64)
 out["rows"] = rows_t.to(torch.int64)
 out["targets"] = targets_t.to(torch.int64)
 out["logits"] = logits.detach().contiguous()

@@ -132,7 +132,12 @@ fn train_summary(o: &run::Outcome) -> String {
     );
     out += &format!(
         "  model: L={} E={} H={}, {} parameters ({} non-embedding), vocab {}\n",
-        m.n_layer, m.n_embd, m.n_head, o.info.total_params, o.info.non_embedding_params, m.vocab_size
+        m.n_layer,
+        m.n_embd,
+        m.n_head,
+        o.info.total_params,
+        o.info.non_embedding_params,
+        m.vocab_size
     );
     out += &format!(
         "  throughput: {:.0} tokens/s this call; {} tokens, {:.3e} FLOPs in all\n",

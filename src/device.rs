@@ -12,9 +12,9 @@ pub fn parse(spec: &str) -> Result<Device> {
         s if s == "cuda" || s.starts_with("cuda:") => {
             let n = match s.strip_prefix("cuda:") {
                 None => 0,
-                Some(n) => n
-                    .parse()
-                    .map_err(|_| anyhow::anyhow!("--device: `{s}` is not cuda:N with N a GPU index"))?,
+                Some(n) => n.parse().map_err(|_| {
+                    anyhow::anyhow!("--device: `{s}` is not cuda:N with N a GPU index")
+                })?,
             };
             cuda(n)
         }

@@ -3,8 +3,8 @@
 
 pub mod cli;
 pub mod config;
-pub mod device;
 pub mod dataset;
+pub mod device;
 pub mod fsutil;
 pub mod graph;
 pub mod model;

@@ -120,9 +120,27 @@ pub fn holdout(eval: &[EvalQuery]) -> HashSet<u64> {
         .collect()
 }
 
-/// The default data directory of a config: `data/<name>-<hash prefix>/`.
+/// The default data directory of a config: `data/<name>-<hash prefix>/`, or an existing
+/// `data/<other name>-<same hash prefix>/` built from the same world, so that configs that
+/// differ only in model or training share one copy of their data.
 pub fn default_dir(cfg: &Config) -> PathBuf {
-    PathBuf::from("data").join(format!("{}-{}", cfg.name, &cfg.data_hash()[..12]))
+    let hash = cfg.data_hash();
+    let suffix = format!("-{}", &hash[..12]);
+    let root = PathBuf::from("data");
+    let own = root.join(format!("{}{suffix}", cfg.name));
+    if own.exists() {
+        return own;
+    }
+    let mut same: Vec<PathBuf> = std::fs::read_dir(&root)
+        .into_iter()
+        .flatten()
+        .flatten()
+        .map(|e| e.path())
+        .filter(|p| p.to_string_lossy().ends_with(&suffix))
+        .filter(|p| read_manifest(p).is_ok_and(|m| m.config_hash == hash))
+        .collect();
+    same.sort();
+    same.into_iter().next().unwrap_or(own)
 }
 
 /// What `ensure` did.

@@ -80,7 +80,11 @@ pub fn sum(a: &[f32]) -> f32 {
 pub fn max(a: &[f32]) -> f32 {
     let mut acc = [f32::NEG_INFINITY; LANES];
     let c = a.chunks_exact(LANES);
-    let tail = c.remainder().iter().copied().fold(f32::NEG_INFINITY, f32::max);
+    let tail = c
+        .remainder()
+        .iter()
+        .copied()
+        .fold(f32::NEG_INFINITY, f32::max);
     for x in c {
         for i in 0..LANES {
             acc[i] = if x[i] > acc[i] { x[i] } else { acc[i] };

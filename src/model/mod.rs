@@ -91,7 +91,9 @@ impl GptConfig {
         self.total_params() - ((self.vocab_size + self.n_positions) * self.n_embd) as u64
     }
 
-    /// Training FLOPs per token at padded length `t` (SPEC §5): 6·N_non-emb + 12·L·E·T.
+    /// Training FLOPs per token of a batch whose longest sequence has `t` tokens (SPEC §5):
+    /// 6·N_non-emb + 12·L·E·T. Batches are packed, so only real tokens are processed and
+    /// counted; T stays the padded length, as the spec defines it.
     pub fn flops_per_token(&self, t: usize) -> f64 {
         6.0 * self.non_embedding_params() as f64 + 12.0 * (self.n_layer * self.n_embd * t) as f64
     }
@@ -143,6 +145,53 @@ impl Kernels {
             Kernels::Composed
         }
     }
+}
+
+/// Sequences packed back to back with no padding.
+pub struct Packed {
+    pub lens: Vec<usize>,
+}
+
+impl Packed {
+    fn max_len(&self) -> usize {
+        self.lens.iter().copied().max().unwrap_or(0)
+    }
+
+    /// For each slot of the padded (B, T) layout, the packed row it takes (row 0 for padding).
+    fn pad_index(&self, device: &Device) -> Result<Tensor> {
+        let t = self.max_len();
+        let mut idx = Vec::with_capacity(self.lens.len() * t);
+        let mut start = 0u32;
+        for &l in &self.lens {
+            idx.extend((0..t as u32).map(|j| if (j as usize) < l { start + j } else { 0 }));
+            start += l as u32;
+        }
+        Tensor::from_vec(idx, self.lens.len() * t, device)
+    }
+
+    /// For each packed row, its slot in the padded (B, T) layout.
+    fn unpad_index(&self, device: &Device) -> Result<Tensor> {
+        let t = self.max_len();
+        let idx: Vec<u32> = self
+            .lens
+            .iter()
+            .enumerate()
+            .flat_map(|(b, &l)| (0..l as u32).map(move |j| (b * t) as u32 + j))
+            .collect();
+        let n = idx.len();
+        Tensor::from_vec(idx, n, device)
+    }
+}
+
+/// How the rows of a forward pass form sequences: packed for training, or a dense (B, T)
+/// step after what a KV cache holds, for decoding.
+enum Layout<'a> {
+    Packed(Packed),
+    Cached {
+        b: usize,
+        t: usize,
+        cache: &'a mut KvCache,
+    },
 }
 
 /// One transformer block's parameters, named like the HF tensors.
@@ -299,15 +348,43 @@ impl Gpt {
         }
     }
 
-    /// Causal self-attention of a packed q|k|v (B, T, 3E) block, with past keys and values
-    /// from `cache` when decoding. Returns (B, T, E).
-    fn attention(&self, qkv: &Tensor, layer: usize, cache: Option<&mut KvCache>) -> Result<Tensor> {
+    /// Causal self-attention of q|k|v rows (N, 3E) laid out as `layout` says. Returns (N, E).
+    fn attention(&self, qkv: &Tensor, layer: usize, layout: &mut Layout) -> Result<Tensor> {
+        let e = qkv.dim(1)? / 3;
+        match layout {
+            Layout::Packed(p) if self.kernels == Kernels::Fused => {
+                ops::causal_attention(qkv, &p.lens, self.cfg.n_head)
+            }
+            Layout::Packed(p) => {
+                // Pad to (B, T, 3E), attend, keep the real rows. Padding sits after each
+                // sequence, so the causal mask already hides it from every real query.
+                let (b, t) = (p.lens.len(), p.max_len());
+                let padded =
+                    qkv.index_select(&p.pad_index(qkv.device())?, 0)?
+                        .reshape((b, t, 3 * e))?;
+                let y = self
+                    .attention_dense(&padded, layer, None)?
+                    .reshape((b * t, e))?;
+                y.index_select(&p.unpad_index(qkv.device())?, 0)
+            }
+            Layout::Cached { b, t, cache } => {
+                let y = self.attention_dense(&qkv.reshape((*b, *t, 3 * e))?, layer, Some(cache))?;
+                y.reshape((*b * *t, e))
+            }
+        }
+    }
+
+    /// Causal self-attention of a dense (B, T, 3E) block from candle's ops, with past keys and
+    /// values from `cache` when decoding. Returns (B, T, E).
+    fn attention_dense(
+        &self,
+        qkv: &Tensor,
+        layer: usize,
+        cache: Option<&mut KvCache>,
+    ) -> Result<Tensor> {
         let (b, t, e3) = qkv.dims3()?;
         let e = e3 / 3;
         let (nh, hd) = (self.cfg.n_head, e / self.cfg.n_head);
-        if cache.is_none() && self.kernels == Kernels::Fused {
-            return ops::causal_attention(qkv, nh);
-        }
         let heads = |i: usize| -> Result<Tensor> {
             qkv.narrow(2, i * e, e)?
                 .reshape((b, t, nh, hd))?
@@ -342,37 +419,43 @@ impl Gpt {
         p.matmul(&v)?.transpose(1, 2)?.reshape((b, t, e))
     }
 
-    /// Hidden states after `ln_f`, (B·T, E), for token ids (B, T) at positions `pos` (B, T).
-    /// Training passes `cache = None` and positions 0..T; decoding passes a cache.
-    pub fn hidden(
-        &self,
-        ids: &Tensor,
-        pos: &Tensor,
-        mut cache: Option<&mut KvCache>,
-    ) -> Result<Tensor> {
-        let (b, t) = ids.dims2()?;
-        let e = self.cfg.n_embd;
-        let tok = self.wte.embedding(&ids.flatten_all()?)?;
-        let posv = self.wpe.embedding(&pos.flatten_all()?)?;
+    /// The transformer on token rows (N,) at positions (N,): embeddings, blocks, `ln_f`.
+    fn run(&self, ids: &Tensor, pos: &Tensor, layout: &mut Layout) -> Result<Tensor> {
+        let tok = self.wte.embedding(ids)?;
+        let posv = self.wpe.embedding(pos)?;
         let mut x = (tok + posv)?;
         for (i, blk) in self.h.iter().enumerate() {
             let a = self.layer_norm(&x, &blk.ln_1)?;
-            let qkv = self.linear(&a, &blk.c_attn)?.reshape((b, t, 3 * e))?;
-            let y = self
-                .attention(&qkv, i, cache.as_deref_mut())?
-                .reshape((b * t, e))?;
+            let qkv = self.linear(&a, &blk.c_attn)?;
+            let y = self.attention(&qkv, i, layout)?;
             x = (x + self.linear(&y, &blk.attn_c_proj)?)?;
             let m = self.layer_norm(&x, &blk.ln_2)?;
             let f = self.gelu(&self.linear(&m, &blk.c_fc)?)?;
             x = (x + self.linear(&f, &blk.mlp_c_proj)?)?;
         }
-        if let Some(c) = cache {
-            c.advance(t);
-        }
         self.layer_norm(&x, &self.ln_f)
     }
 
-    /// Mean cross-entropy of the hidden rows `rows` (indices into B·T) against `targets`,
+    /// Hidden states after `ln_f` of packed sequences (training and validation): `ids` and
+    /// `pos` (N,) hold the sequences back to back, `lens` their lengths. Returns (N, E).
+    pub fn hidden(&self, ids: &Tensor, pos: &Tensor, lens: &[usize]) -> Result<Tensor> {
+        let mut layout = Layout::Packed(Packed {
+            lens: lens.to_vec(),
+        });
+        self.run(ids, pos, &mut layout)
+    }
+
+    /// Hidden states after `ln_f` of a decoding step: ids and positions (B, T) after the
+    /// positions already in `cache`. Returns (B·T, E).
+    pub fn hidden_cached(&self, ids: &Tensor, pos: &Tensor, cache: &mut KvCache) -> Result<Tensor> {
+        let (b, t) = ids.dims2()?;
+        let mut layout = Layout::Cached { b, t, cache };
+        let h = self.run(&ids.flatten_all()?, &pos.flatten_all()?, &mut layout)?;
+        cache.advance(t);
+        Ok(h)
+    }
+
+    /// Mean cross-entropy of the hidden rows `rows` against `targets`,
     /// over all `vocab_size` logits as HF computes it.
     pub fn loss(&self, hidden: &Tensor, rows: &Tensor, targets: &Tensor) -> Result<Tensor> {
         let sel = hidden.index_select(rows, 0)?;

@@ -209,13 +209,27 @@ pub fn layer_norm(x: &Tensor, w: &Tensor, b: &Tensor) -> Result<Tensor> {
 
 // ---------------------------------------------------------------- attention
 
-/// Causal multi-head self-attention over a packed (B, T, 3E) q|k|v tensor, as HF GPT-2 lays
-/// it out (`c_attn` output). Returns (B, T, E) with heads concatenated.
+/// Causal multi-head self-attention over packed q|k|v rows (N, 3E), as HF GPT-2 lays out the
+/// `c_attn` output, for sequences of lengths `lens` stored back to back. Returns (N, E) with
+/// heads concatenated.
 struct CausalAttention {
     n_head: usize,
+    lens: Vec<usize>,
 }
 
-/// Softmax of causal scores for one (batch, head): p[t][j] for j ≤ t, row-major T×T.
+/// The (start row, length) of every sequence of lengths `lens` stored back to back.
+fn spans(lens: &[usize]) -> Vec<(usize, usize)> {
+    let mut start = 0;
+    lens.iter()
+        .map(|&l| {
+            let s = (start, l);
+            start += l;
+            s
+        })
+        .collect()
+}
+
+/// Softmax of causal scores for one sequence and head: p[t][j] for j ≤ t, row-major T×T.
 fn attention_probs(qkv: &[f32], t_len: usize, e: usize, h: usize, hd: usize, p: &mut [f32]) {
     let scale = 1.0 / (hd as f32).sqrt();
     for t in 0..t_len {
@@ -230,6 +244,21 @@ fn attention_probs(qkv: &[f32], t_len: usize, e: usize, h: usize, hd: usize, p: 
     }
 }
 
+/// Split `out` (rows of `width`) into the disjoint row ranges of `spans`.
+fn split_rows<'a>(
+    mut out: &'a mut [f32],
+    spans: &[(usize, usize)],
+    width: usize,
+) -> Vec<&'a mut [f32]> {
+    let mut parts = Vec::with_capacity(spans.len());
+    for &(_, l) in spans {
+        let (head, tail) = std::mem::take(&mut out).split_at_mut(l * width);
+        parts.push(head);
+        out = tail;
+    }
+    parts
+}
+
 impl CustomOp1 for CausalAttention {
     fn name(&self) -> &'static str {
         "lab-causal-attention"
@@ -237,19 +266,27 @@ impl CustomOp1 for CausalAttention {
 
     fn cpu_fwd(&self, s: &CpuStorage, l: &Layout) -> Result<(CpuStorage, Shape)> {
         let qkv = f32s(s, l, self.name())?;
-        let (b, t_len, e3) = l.shape().dims3()?;
+        let (n, e3) = l.shape().dims2()?;
         let e = e3 / 3;
         let hd = e / self.n_head;
-        let mut y = vec![0f32; b * t_len * e];
-        y.par_chunks_mut(t_len * e)
-            .zip(qkv.par_chunks(t_len * e3))
-            .for_each(|(yb, xb)| {
+        let spans = spans(&self.lens);
+        if self.lens.iter().sum::<usize>() != n {
+            bail!(
+                "{}: the sequence lengths do not add up to {n} rows",
+                self.name()
+            );
+        }
+        let mut y = vec![0f32; n * e];
+        split_rows(&mut y, &spans, e)
+            .into_par_iter()
+            .zip(spans.par_iter())
+            .for_each(|(yb, &(start, t_len))| {
+                let xb = &qkv[start * e3..(start + t_len) * e3];
                 let mut p = vec![0f32; t_len * t_len];
                 for h in 0..self.n_head {
                     attention_probs(xb, t_len, e, h, hd, &mut p);
                     for t in 0..t_len {
                         let out = &mut yb[t * e + h * hd..][..hd];
-                        out.fill(0.0);
                         for j in 0..=t {
                             let pj = p[t * t_len + j];
                             let v = &xb[j * e3 + 2 * e + h * hd..][..hd];
@@ -260,7 +297,7 @@ impl CustomOp1 for CausalAttention {
                     }
                 }
             });
-        Ok((CpuStorage::F32(y), Shape::from((b, t_len, e))))
+        Ok((CpuStorage::F32(y), Shape::from((n, e))))
     }
 
     fn bwd(&self, qkv: &Tensor, _y: &Tensor, dy: &Tensor) -> Result<Option<Tensor>> {
@@ -268,6 +305,7 @@ impl CustomOp1 for CausalAttention {
             &dy.contiguous()?,
             &CausalAttentionBwd {
                 n_head: self.n_head,
+                spans: spans(&self.lens),
             },
         )?;
         Ok(Some(d))
@@ -277,6 +315,7 @@ impl CustomOp1 for CausalAttention {
 /// d(qkv) from dy, recomputing the probabilities (cheap for T ≤ 64).
 struct CausalAttentionBwd {
     n_head: usize,
+    spans: Vec<(usize, usize)>,
 }
 
 impl candle_core::CustomOp2 for CausalAttentionBwd {
@@ -293,14 +332,17 @@ impl candle_core::CustomOp2 for CausalAttentionBwd {
     ) -> Result<(CpuStorage, Shape)> {
         let qkv = f32s(s, l, self.name())?;
         let dy = f32s(ds, dl, self.name())?;
-        let (_, t_len, e3) = l.shape().dims3()?;
+        let (_, e3) = l.shape().dims2()?;
         let e = e3 / 3;
         let hd = e / self.n_head;
         let scale = 1.0 / (hd as f32).sqrt();
         let mut dqkv = vec![0f32; qkv.len()];
-        dqkv.par_chunks_mut(t_len * e3)
-            .zip(qkv.par_chunks(t_len * e3).zip(dy.par_chunks(t_len * e)))
-            .for_each(|(dxb, (xb, dyb))| {
+        split_rows(&mut dqkv, &self.spans, e3)
+            .into_par_iter()
+            .zip(self.spans.par_iter())
+            .for_each(|(dxb, &(start, t_len))| {
+                let xb = &qkv[start * e3..(start + t_len) * e3];
+                let dyb = &dy[start * e..(start + t_len) * e];
                 let mut p = vec![0f32; t_len * t_len];
                 let mut dp = vec![0f32; t_len];
                 for h in 0..self.n_head {
@@ -312,8 +354,8 @@ impl candle_core::CustomOp2 for CausalAttentionBwd {
                         for j in 0..=t {
                             let v = &xb[j * e3 + 2 * e + h * hd..][..hd];
                             dp[j] = fastmath::dot(dyt, v);
-                            dot += dp[j] * p[t * t_len + j];
                             let pj = p[t * t_len + j];
+                            dot += dp[j] * pj;
                             let dv = &mut dxb[j * e3 + 2 * e + h * hd..][..hd];
                             for (d, g) in dv.iter_mut().zip(dyt) {
                                 *d += pj * g;
@@ -337,8 +379,12 @@ impl candle_core::CustomOp2 for CausalAttentionBwd {
     }
 }
 
-pub fn causal_attention(qkv: &Tensor, n_head: usize) -> Result<Tensor> {
-    qkv.contiguous()?.apply_op1(CausalAttention { n_head })
+/// Causal attention of packed sequences: `qkv` (N, 3E), `lens` summing to N.
+pub fn causal_attention(qkv: &Tensor, lens: &[usize], n_head: usize) -> Result<Tensor> {
+    qkv.contiguous()?.apply_op1(CausalAttention {
+        n_head,
+        lens: lens.to_vec(),
+    })
 }
 
 // ---------------------------------------------------------------- GELU
@@ -566,10 +612,20 @@ impl CustomOp3 for HeadCrossEntropy {
         for (c, tc) in tgt.chunks(HEAD_CHUNK).enumerate() {
             let rows = tc.len();
             let xc = &x[c * HEAD_CHUNK * e..][..rows * e];
-            loss += head_softmax(xc, w, e, v, tc, &mut probs[c * HEAD_CHUNK * v..][..rows * v]);
+            loss += head_softmax(
+                xc,
+                w,
+                e,
+                v,
+                tc,
+                &mut probs[c * HEAD_CHUNK * v..][..rows * v],
+            );
         }
         *self.probs.lock().expect("head probabilities") = probs;
-        Ok((CpuStorage::F32(vec![(loss / n.max(1) as f64) as f32]), Shape::from(())))
+        Ok((
+            CpuStorage::F32(vec![(loss / n.max(1) as f64) as f32]),
+            Shape::from(()),
+        ))
     }
 
     fn bwd(
@@ -622,15 +678,20 @@ impl CustomOp3 for HeadCrossEntropyBwd {
         let n = tgt.len();
         let mut dl = std::mem::take(&mut *self.probs.lock().expect("head probabilities"));
         if dl.len() != n * v {
-            bail!("{}: the forward's probabilities are gone (backward run twice?)", self.name());
+            bail!(
+                "{}: the forward's probabilities are gone (backward run twice?)",
+                self.name()
+            );
         }
         let g = self.grad / n.max(1) as f32;
-        dl.par_chunks_mut(v).zip(tgt.par_iter()).for_each(|(row, &t)| {
-            for z in row.iter_mut() {
-                *z *= g;
-            }
-            row[t as usize] -= g;
-        });
+        dl.par_chunks_mut(v)
+            .zip(tgt.par_iter())
+            .for_each(|(row, &t)| {
+                for z in row.iter_mut() {
+                    *z *= g;
+                }
+                row[t as usize] -= g;
+            });
         let mut out = vec![0f32; n * e + v * e];
         let (dx, dw) = out.split_at_mut(n * e);
         // dx = dlogits · W ; dW = dlogitsᵀ · x
@@ -643,5 +704,6 @@ impl CustomOp3 for HeadCrossEntropyBwd {
 /// Mean cross-entropy of the rows of `x` (n×E) against `targets` (n, u32) under the tied head
 /// `wte` (V×E).
 pub fn head_cross_entropy(x: &Tensor, wte: &Tensor, targets: &Tensor) -> Result<Tensor> {
-    x.contiguous()?.apply_op3(wte, targets, HeadCrossEntropy::default())
+    x.contiguous()?
+        .apply_op3(wte, targets, HeadCrossEntropy::default())
 }

@@ -1,60 +1,58 @@
-//! Batches for the causal LM (SPEC §5): dynamic padding to the longest sequence of the batch,
-//! the loss masked to the path tokens and `<eos>`, and the epoch order drawn from the seed.
+//! Batches for the causal LM (SPEC §5): sequences packed back to back (no padding work), the
+//! loss masked to the path tokens and `<eos>`, and the epoch order drawn from the seed.
 
 use candle_core::{Device, Result, Tensor};
 use rand::seq::SliceRandom;
 
 use crate::rng::{Purpose, stream};
-use crate::tokenizer::PAD;
 use crate::train::tokens::Sequences;
 
-/// One batch, ready for the model.
+/// One batch, ready for the model. Sequences are packed back to back, without padding: the
+/// kernels never spend work on padding.
 pub struct Batch {
-    /// (B, T) input ids: each sequence without its final `<eos>`, right-padded with `<pad>`.
+    /// (N,) input ids: each sequence without its final `<eos>`.
     pub ids: Tensor,
-    /// (B, T) positions 0..T.
+    /// (N,) positions, 0.. within each sequence.
     pub pos: Tensor,
-    /// Flat indices into B·T of the positions that carry loss, and their target ids.
+    /// Input length of each sequence.
+    pub lens: Vec<usize>,
+    /// Rows of the positions that carry loss, and their target ids.
     pub rows: Tensor,
     pub targets: Tensor,
-    /// Non-padding input tokens.
+    /// Input tokens N.
     pub tokens: usize,
     /// Positions that carry loss.
     pub loss_tokens: usize,
-    /// Padded length T.
+    /// The longest input: the padded length T of SPEC §5's FLOP count.
     pub t: usize,
-    pub b: usize,
 }
 
-/// Input ids, loss rows and targets of sequences `idx`, padded to their longest input.
+/// Input ids, loss rows and targets of sequences `idx`.
 pub fn make(seqs: &Sequences, idx: &[usize], device: &Device) -> Result<Batch> {
-    let t = idx.iter().map(|&i| seqs.get(i).len() - 1).max().unwrap_or(1);
-    let b = idx.len();
-    let mut ids = vec![PAD; b * t];
+    let (mut ids, mut pos, mut lens) = (Vec::new(), Vec::new(), Vec::new());
     let (mut rows, mut targets) = (Vec::new(), Vec::new());
-    let mut tokens = 0;
-    for (r, &i) in idx.iter().enumerate() {
+    for &i in idx {
         let s = seqs.get(i);
         let n = s.len() - 1;
-        ids[r * t..r * t + n].copy_from_slice(&s[..n]);
-        tokens += n;
         // Position p predicts s[p + 1]; the loss covers the path tokens and <eos>.
         for p in seqs.prompt_len[i] as usize - 1..n {
-            rows.push((r * t + p) as u32);
+            rows.push((ids.len() + p) as u32);
             targets.push(s[p + 1]);
         }
+        ids.extend_from_slice(&s[..n]);
+        pos.extend(0..n as u32);
+        lens.push(n);
     }
-    let pos: Vec<u32> = (0..b).flat_map(|_| 0..t as u32).collect();
-    let loss_tokens = rows.len();
+    let (tokens, loss_tokens) = (ids.len(), rows.len());
     Ok(Batch {
-        ids: Tensor::from_vec(ids, (b, t), device)?,
-        pos: Tensor::from_vec(pos, (b, t), device)?,
+        ids: Tensor::from_vec(ids, tokens, device)?,
+        pos: Tensor::from_vec(pos, tokens, device)?,
+        t: lens.iter().copied().max().unwrap_or(0),
+        lens,
         rows: Tensor::from_vec(rows, loss_tokens, device)?,
         targets: Tensor::from_vec(targets, loss_tokens, device)?,
         tokens,
         loss_tokens,
-        t,
-        b,
     })
 }
 
@@ -68,10 +66,10 @@ pub fn epoch_order(n: usize, seed: u64, epoch: u64) -> Vec<usize> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::tokenizer::Vocab;
+    use crate::tokenizer::{PAD, Vocab};
 
     #[test]
-    fn padding_and_loss_mask() {
+    fn packing_and_loss_mask() {
         let v = Vocab {
             node_len: 2,
             n_labels: 26,
@@ -82,19 +80,23 @@ mod tests {
         ];
         let s = Sequences::from_lines(&v, &lines).unwrap();
         let b = make(&s, &[0, 1], &Device::Cpu).unwrap();
-        // Inputs drop the final <eos>: lengths 10 and 11, padded to 11.
-        assert_eq!(b.t, 11);
-        assert_eq!(b.tokens, 21);
-        let ids: Vec<Vec<u32>> = b.ids.to_vec2().unwrap();
-        assert_eq!(ids[0][10], PAD);
-        assert_eq!(ids[1][10], v.token_id("AC"));
-        // Row 0: prompt of 7 tokens; positions 6..=9 predict AA c QR <eos>.
+        // 12 and 13 tokens; inputs drop the final <eos>: 11 + 12 = 23 packed rows.
+        assert_eq!(b.lens, vec![11, 12]);
+        assert_eq!(b.t, 12);
+        assert_eq!(b.tokens, 23);
+        let ids: Vec<u32> = b.ids.to_vec1().unwrap();
+        assert_eq!(ids[10], v.token_id("QR"));
+        assert_eq!(ids[11], v.token_id("AB"));
+        assert!(!ids.contains(&PAD));
+        let pos: Vec<u32> = b.pos.to_vec1().unwrap();
+        assert_eq!(&pos[9..13], &[9, 10, 0, 1]);
+        // Sequence 0: a prompt of 8 tokens (through `:`); rows 7..=10 predict AA c QR <eos>.
         let rows: Vec<u32> = b.rows.to_vec1().unwrap();
         let targets: Vec<u32> = b.targets.to_vec1().unwrap();
-        assert_eq!(&rows[..4], &[6, 7, 8, 9]);
+        assert_eq!(&rows[..4], &[7, 8, 9, 10]);
         assert_eq!(&targets[..4], &v.encode("AA c QR <eos>")[..]);
-        // Row 1: prompt of 6 tokens; positions 11+5..=11+10 predict AB a AD b AC <eos>.
-        assert_eq!(&rows[4..], &[16, 17, 18, 19, 20, 21]);
+        // Sequence 1 starts at row 11 with a prompt of 7 tokens: rows 17..=22.
+        assert_eq!(&rows[4..], &[17, 18, 19, 20, 21, 22]);
         assert_eq!(&targets[4..], &v.encode("AB a AD b AC <eos>")[..]);
         assert_eq!(b.loss_tokens, 10);
     }

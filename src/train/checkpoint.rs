@@ -49,7 +49,10 @@ pub fn tag(state: &TrainerState) -> String {
 
 /// The model of the checkpoint at the end of epoch `epoch`.
 pub fn epoch_model(run_dir: &Path, epoch: u64) -> PathBuf {
-    run_dir.join(CKPT).join(format!("epoch-{epoch:02}")).join(MODEL)
+    run_dir
+        .join(CKPT)
+        .join(format!("epoch-{epoch:02}"))
+        .join(MODEL)
 }
 
 /// Write a complete checkpoint and make it the latest. `files` are (name, writer) pairs; the
@@ -69,12 +72,17 @@ pub fn save(
     for (file, write) in files {
         write(&stage.path().join(file))?;
     }
-    write_atomic(&stage.path().join(STATE), (serde_json::to_string_pretty(state)? + "\n").as_bytes())?;
+    write_atomic(
+        &stage.path().join(STATE),
+        (serde_json::to_string_pretty(state)? + "\n").as_bytes(),
+    )?;
     let dest = ckpt.join(&name);
     if dest.exists() {
-        std::fs::remove_dir_all(&dest).with_context(|| format!("{}: cannot replace", dest.display()))?;
+        std::fs::remove_dir_all(&dest)
+            .with_context(|| format!("{}: cannot replace", dest.display()))?;
     }
-    std::fs::rename(stage.keep(), &dest).with_context(|| format!("{}: cannot write", dest.display()))?;
+    std::fs::rename(stage.keep(), &dest)
+        .with_context(|| format!("{}: cannot write", dest.display()))?;
     swap_symlink(&run_dir.join(LATEST), &Path::new(CKPT).join(&name))?;
     for f in [MODEL, OPTIMIZER, STATE] {
         let link = run_dir.join(f);
@@ -90,7 +98,8 @@ pub fn save(
 fn swap_symlink(link: &Path, target: &Path) -> Result<()> {
     let tmp = link.with_extension(format!("tmp-{}", std::process::id()));
     let _ = std::fs::remove_file(&tmp);
-    std::os::unix::fs::symlink(target, &tmp).with_context(|| format!("{}: cannot link", tmp.display()))?;
+    std::os::unix::fs::symlink(target, &tmp)
+        .with_context(|| format!("{}: cannot link", tmp.display()))?;
     std::fs::rename(&tmp, link).with_context(|| format!("{}: cannot link", link.display()))
 }
 
@@ -117,9 +126,13 @@ pub fn latest(run_dir: &Path) -> Result<(PathBuf, TrainerState)> {
     let dir = run_dir.join(LATEST);
     let path = dir.join(STATE);
     if !path.exists() {
-        bail!("{}: no checkpoint to resume (no {LATEST}/{STATE})", run_dir.display());
+        bail!(
+            "{}: no checkpoint to resume (no {LATEST}/{STATE})",
+            run_dir.display()
+        );
     }
-    let text = std::fs::read_to_string(&path).with_context(|| format!("{}: cannot read", path.display()))?;
+    let text = std::fs::read_to_string(&path)
+        .with_context(|| format!("{}: cannot read", path.display()))?;
     let state: TrainerState = serde_json::from_str(&text)
         .with_context(|| format!("{}: not a trainer state", run_dir.join(STATE).display()))?;
     Ok((dir, state))

@@ -46,7 +46,11 @@ impl Metrics {
             None => Vec::new(),
             Some(step) => read_lines(run_dir)?
                 .into_iter()
-                .filter(|l| l.get("step").and_then(Value::as_u64).is_some_and(|s| s <= step))
+                .filter(|l| {
+                    l.get("step")
+                        .and_then(Value::as_u64)
+                        .is_some_and(|s| s <= step)
+                })
                 .collect(),
         };
         let mut text = String::new();
@@ -74,13 +78,26 @@ impl Metrics {
     }
 
     /// Log figures at `step`: one JSON line, and one TensorBoard scalar per figure.
-    pub fn log(&mut self, step: u64, epoch: u64, flops: f64, figures: &[(String, f64)]) -> Result<()> {
+    pub fn log(
+        &mut self,
+        step: u64,
+        epoch: u64,
+        flops: f64,
+        figures: &[(String, f64)],
+    ) -> Result<()> {
         let mut m = Map::new();
         m.insert("step".into(), step.into());
         m.insert("epoch".into(), epoch.into());
         m.insert("flops".into(), flops.into());
         for (k, v) in figures {
-            m.insert(k.clone(), if v.is_finite() { (*v).into() } else { Value::Null });
+            m.insert(
+                k.clone(),
+                if v.is_finite() {
+                    (*v).into()
+                } else {
+                    Value::Null
+                },
+            );
         }
         let line = serde_json::to_string(&m)? + "\n";
         self.file

@@ -76,7 +76,8 @@ pub fn default_run_dir(cfg: &Config) -> PathBuf {
 
 pub fn read_run_info(run_dir: &Path) -> Result<RunInfo> {
     let p = run_dir.join(RUN);
-    let text = std::fs::read_to_string(&p).with_context(|| format!("{}: cannot read (not a run directory?)", p.display()))?;
+    let text = std::fs::read_to_string(&p)
+        .with_context(|| format!("{}: cannot read (not a run directory?)", p.display()))?;
     serde_json::from_str(&text).with_context(|| format!("{}: not a run description", p.display()))
 }
 
@@ -105,7 +106,8 @@ fn prepare_run_dir(cfg: &Config, run_dir: &Path, resume: bool) -> Result<()> {
             run_dir.display()
         );
     }
-    std::fs::create_dir_all(run_dir).with_context(|| format!("{}: cannot create directory", run_dir.display()))?;
+    std::fs::create_dir_all(run_dir)
+        .with_context(|| format!("{}: cannot create directory", run_dir.display()))?;
     write_atomic(&cfg_path, cfg.to_toml().as_bytes())
 }
 
@@ -116,7 +118,7 @@ pub fn validation_loss(model: &Gpt, val: &Sequences, batch_size: usize) -> Resul
     let idx: Vec<usize> = (0..val.len()).collect();
     for chunk in idx.chunks(batch_size) {
         let b = batch::make(val, chunk, model.device())?;
-        let h = model.hidden(&b.ids, &b.pos, None)?;
+        let h = model.hidden(&b.ids, &b.pos, &b.lens)?;
         let l = model.loss(&h, &b.rows, &b.targets)?.to_scalar::<f32>()? as f64;
         total += l * b.loss_tokens as f64;
         n += b.loss_tokens;
@@ -128,7 +130,8 @@ pub fn validation_loss(model: &Gpt, val: &Sequences, batch_size: usize) -> Resul
 fn stop_flag() -> Result<Arc<AtomicBool>> {
     let flag = Arc::new(AtomicBool::new(false));
     for sig in [signal_hook::consts::SIGUSR1, signal_hook::consts::SIGTERM] {
-        signal_hook::flag::register(sig, Arc::clone(&flag)).context("installing signal handlers")?;
+        signal_hook::flag::register(sig, Arc::clone(&flag))
+            .context("installing signal handlers")?;
     }
     Ok(flag)
 }
@@ -151,7 +154,9 @@ impl Loop<'_> {
             &self.state,
             &[
                 (MODEL, &|p: &Path| model.save(p)),
-                (OPTIMIZER, &|p: &Path| save_tensors(&opt.state_tensors()?, p)),
+                (OPTIMIZER, &|p: &Path| {
+                    save_tensors(&opt.state_tensors()?, p)
+                }),
             ],
         )
     }
@@ -179,10 +184,19 @@ pub fn train(opts: Options) -> Result<Outcome> {
         steps_per_epoch,
         total_steps,
     };
-    write_atomic(&run_dir.join(RUN), (serde_json::to_string_pretty(&info)? + "\n").as_bytes())?;
-    write_atomic(&run_dir.join("config.json"), gcfg.hf_config_json().as_bytes())?;
-    std::fs::copy(data_dir.join(dataset::TOKENIZER), run_dir.join(dataset::TOKENIZER))
-        .with_context(|| format!("{}: cannot write tokenizer.json", run_dir.display()))?;
+    write_atomic(
+        &run_dir.join(RUN),
+        (serde_json::to_string_pretty(&info)? + "\n").as_bytes(),
+    )?;
+    write_atomic(
+        &run_dir.join("config.json"),
+        gcfg.hf_config_json().as_bytes(),
+    )?;
+    std::fs::copy(
+        data_dir.join(dataset::TOKENIZER),
+        run_dir.join(dataset::TOKENIZER),
+    )
+    .with_context(|| format!("{}: cannot write tokenizer.json", run_dir.display()))?;
 
     let device = &opts.device;
     let (model, mut opt, state) = if opts.resume {
@@ -193,7 +207,12 @@ pub fn train(opts: Options) -> Result<Outcome> {
         let model = Gpt::load(gcfg, &dir.join(MODEL), device)?;
         let mut opt = AdamW::new(&model.params, Hyper::from_config(&cfg.train))?;
         opt.load_state(load_tensors(&dir.join(OPTIMIZER))?, state.step)
-            .with_context(|| format!("{}: optimizer state does not match the model", dir.join(OPTIMIZER).display()))?;
+            .with_context(|| {
+                format!(
+                    "{}: optimizer state does not match the model",
+                    dir.join(OPTIMIZER).display()
+                )
+            })?;
         (model, opt, state)
     } else {
         let model = Gpt::init(gcfg, cfg.train.seed, device)?;
@@ -201,7 +220,10 @@ pub fn train(opts: Options) -> Result<Outcome> {
         let state = TrainerState {
             lab_version: env!("CARGO_PKG_VERSION").to_string(),
             run_hash: cfg.run_hash(),
-            rng: format!("ChaCha8 streams from train.seed = {}: init, and batch order per epoch", cfg.train.seed),
+            rng: format!(
+                "ChaCha8 streams from train.seed = {}: init, and batch order per epoch",
+                cfg.train.seed
+            ),
             ..TrainerState::default()
         };
         (model, opt, state)
@@ -218,7 +240,12 @@ pub fn train(opts: Options) -> Result<Outcome> {
     }
     let metrics = Metrics::open(&run_dir, opts.resume.then_some(state.step))?;
     let stop = stop_flag()?;
-    let sched = Schedule::new(cfg.peak_lr(), cfg.train.min_lr_frac, cfg.train.warmup_frac, total_steps);
+    let sched = Schedule::new(
+        cfg.peak_lr(),
+        cfg.train.min_lr_frac,
+        cfg.train.warmup_frac,
+        total_steps,
+    );
     let mut lp = Loop {
         run_dir: &run_dir,
         model: &model,
@@ -250,13 +277,13 @@ pub fn train(opts: Options) -> Result<Outcome> {
             let batch = batch::make(&cache.train, idx, device)?;
             let t0 = Instant::now();
             let lr = sched.lr(lp.state.step);
-            let (loss, grads) =
-                step(&lp, &batch).map_err(|e| anyhow::anyhow!("step {}: {e:#}", lp.state.step + 1))?;
+            let (loss, grads) = step(&lp, &batch)
+                .map_err(|e| anyhow::anyhow!("step {}: {e:#}", lp.state.step + 1))?;
             let gnorm = lp.opt.step(&model.params, &grads, lr)?;
             let s = &mut lp.state;
             s.step += 1;
             s.batch += 1;
-            s.flops += (batch.b * batch.t) as f64 * gcfg.flops_per_token(batch.t);
+            s.flops += batch.tokens as f64 * gcfg.flops_per_token(batch.t);
             s.tokens += batch.tokens as u64;
             s.seconds += t0.elapsed().as_secs_f64();
             call_tokens += batch.tokens as u64;
@@ -295,14 +322,22 @@ pub fn train(opts: Options) -> Result<Outcome> {
         let v = validation_loss(&model, &cache.val, b)?;
         val_loss = Some(v);
         let mut figures = vec![("val/loss".to_string(), v)];
-        figures.extend(crate::train::epoch_eval(&model, &data, lp.state.epoch, &run_dir)?);
+        figures.extend(crate::train::epoch_eval(
+            &model,
+            &data,
+            lp.state.epoch,
+            &run_dir,
+        )?);
         let (step, epoch, flops) = (lp.state.step, lp.state.epoch, lp.state.flops);
         lp.metrics.log(step, epoch, flops, &figures)?;
         lp.checkpoint()?;
     };
     bar.finish_and_clear();
     if ending == Ending::Done {
-        write_atomic(&run_dir.join(DONE), (serde_json::to_string_pretty(&lp.state)? + "\n").as_bytes())?;
+        write_atomic(
+            &run_dir.join(DONE),
+            (serde_json::to_string_pretty(&lp.state)? + "\n").as_bytes(),
+        )?;
     }
     let tokens_per_s = first_step_time
         .map(|t| (call_tokens - first_step_tokens) as f64 / t.elapsed().as_secs_f64().max(1e-9))
@@ -320,7 +355,7 @@ pub fn train(opts: Options) -> Result<Outcome> {
 /// Forward and backward of one batch. A non-finite loss stops the run before any update, so
 /// the last checkpoint stays the last good state.
 fn step(lp: &Loop, batch: &Batch) -> Result<(f64, candle_core::backprop::GradStore)> {
-    let h = lp.model.hidden(&batch.ids, &batch.pos, None)?;
+    let h = lp.model.hidden(&batch.ids, &batch.pos, &batch.lens)?;
     let loss: Tensor = lp.model.loss(&h, &batch.rows, &batch.targets)?;
     let l = loss.to_scalar::<f32>()? as f64;
     if !l.is_finite() {

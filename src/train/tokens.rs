@@ -61,9 +61,15 @@ impl Sequences {
         b.extend_from_slice(MAGIC);
         b.extend_from_slice(&(self.len() as u64).to_le_bytes());
         b.extend_from_slice(&(self.tokens.len() as u64).to_le_bytes());
-        self.offsets.iter().for_each(|x| b.extend_from_slice(&x.to_le_bytes()));
-        self.prompt_len.iter().for_each(|x| b.extend_from_slice(&x.to_le_bytes()));
-        self.tokens.iter().for_each(|x| b.extend_from_slice(&x.to_le_bytes()));
+        self.offsets
+            .iter()
+            .for_each(|x| b.extend_from_slice(&x.to_le_bytes()));
+        self.prompt_len
+            .iter()
+            .for_each(|x| b.extend_from_slice(&x.to_le_bytes()));
+        self.tokens
+            .iter()
+            .for_each(|x| b.extend_from_slice(&x.to_le_bytes()));
         b
     }
 
@@ -84,7 +90,9 @@ impl Sequences {
                 .map(|c| u32::from_le_bytes(c.try_into().unwrap()))
                 .collect::<Vec<_>>()
         };
-        let offsets = (0..=n).map(|i| word(o0 + 8 * i)).collect::<Option<Vec<_>>>()?;
+        let offsets = (0..=n)
+            .map(|i| word(o0 + 8 * i))
+            .collect::<Option<Vec<_>>>()?;
         Some(Sequences {
             offsets,
             prompt_len: u32s(p0, n),
@@ -157,8 +165,8 @@ mod tests {
             "AB AC [ ] [ x ] : AB a AC <eos>".to_string(),
         ];
         let s = Sequences::from_lines(&v, &lines).unwrap();
-        assert_eq!(s.prompt_len, vec![7, 7]);
-        assert_eq!(s.get(1).len(), 11);
+        assert_eq!(s.prompt_len, vec![8, 8]);
+        assert_eq!(s.get(1).len(), 12);
         assert_eq!(Sequences::from_bytes(&s.to_bytes()), Some(s.clone()));
         let mut bad = s.to_bytes();
         bad.pop();
