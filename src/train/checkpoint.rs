@@ -55,13 +55,12 @@ pub fn epoch_model(run_dir: &Path, epoch: u64) -> PathBuf {
         .join(MODEL)
 }
 
+/// Writes one checkpoint file at the path it is given.
+pub type Writer<'a> = &'a dyn Fn(&Path) -> Result<()>;
+
 /// Write a complete checkpoint and make it the latest. `files` are (name, writer) pairs; the
 /// trainer state is written last.
-pub fn save(
-    run_dir: &Path,
-    state: &TrainerState,
-    files: &[(&str, &dyn Fn(&Path) -> Result<()>)],
-) -> Result<()> {
+pub fn save(run_dir: &Path, state: &TrainerState, files: &[(&str, Writer)]) -> Result<()> {
     let ckpt = run_dir.join(CKPT);
     std::fs::create_dir_all(&ckpt).with_context(|| format!("{}: cannot create", ckpt.display()))?;
     let name = tag(state);

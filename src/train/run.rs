@@ -294,7 +294,7 @@ pub fn train(opts: Options) -> Result<Outcome> {
             window.0 += loss;
             window.1 += 1;
             window.2 += batch.tokens;
-            if s.step % cfg.train.log_every == 0 {
+            if s.step.is_multiple_of(cfg.train.log_every) {
                 let secs = window.3.elapsed().as_secs_f64();
                 let figures = vec![
                     ("train/loss".to_string(), window.0 / window.1 as f64),
@@ -313,7 +313,9 @@ pub fn train(opts: Options) -> Result<Outcome> {
                 window = (0.0, 0, 0, Instant::now());
             }
             bar.set_position(lp.state.step);
-            if cfg.train.checkpoint_every > 0 && lp.state.step % cfg.train.checkpoint_every == 0 {
+            if cfg.train.checkpoint_every > 0
+                && lp.state.step.is_multiple_of(cfg.train.checkpoint_every)
+            {
                 lp.checkpoint()?;
             }
         }
