@@ -1,7 +1,7 @@
 //! The commands: argument structs (clap) and the thin glue that calls into the library.
 //! Nothing here computes; it loads, dispatches and prints.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use anyhow::Result;
@@ -9,6 +9,7 @@ use clap::{Parser, Subcommand};
 
 use crate::config::Config;
 use crate::dataset::{self, DataDir, Outcome};
+use crate::eval::{self, decode::Decode};
 use crate::train::run::{self, Ending};
 
 #[derive(Parser, Debug)]
@@ -59,6 +60,124 @@ pub enum Command {
         #[arg(long)]
         max_steps: Option<u64>,
     },
+    /// Decode and score the eval set with a checkpoint of a run.
+    Eval {
+        /// The run directory.
+        #[arg(long)]
+        run: PathBuf,
+        /// The checkpoint at the end of this epoch.
+        #[arg(long, conflicts_with = "last")]
+        epoch: Option<u64>,
+        /// The latest checkpoint (the default).
+        #[arg(long)]
+        last: bool,
+        #[command(flatten)]
+        sampling: SampleArgs,
+        #[arg(long, default_value = "auto")]
+        device: String,
+    },
+    /// Score answers from any source against a data directory's eval set.
+    Score {
+        /// The data directory.
+        #[arg(long)]
+        data: PathBuf,
+        /// JSONL answers, one `{"id": …, "output": "…"}` a line.
+        #[arg(long, required_unless_present = "prompts")]
+        answers: Option<PathBuf>,
+        /// Allow several answers per id and score them as sets.
+        #[arg(long)]
+        sets: bool,
+        /// Write the eval queries as plain-text prompts instead (to --out or stdout).
+        #[arg(long, conflicts_with = "answers")]
+        prompts: bool,
+        /// Where to write [default: ANSWERS with .scored.jsonl].
+        #[arg(long)]
+        out: Option<PathBuf>,
+    },
+    /// Ask a trained model one query and check its answers.
+    Query {
+        /// The run directory.
+        #[arg(long)]
+        run: PathBuf,
+        /// The query, `U V [ I… ] [ X… ]`, for example "AAA QRS [ c ] [ x ]".
+        query: String,
+        /// The checkpoint at the end of this epoch [default: the latest].
+        #[arg(long)]
+        epoch: Option<u64>,
+        #[command(flatten)]
+        sampling: SampleArgs,
+        #[arg(long, default_value = "auto")]
+        device: String,
+    },
+}
+
+/// Sampling flags shared by `lab eval` and `lab query`.
+#[derive(clap::Args, Debug, Clone)]
+pub struct SampleArgs {
+    /// Answers per query; more than one decodes by sampling.
+    #[arg(long, default_value_t = 1)]
+    samples: usize,
+    /// greedy or sample [default: greedy for one answer, sample for several].
+    #[arg(long, value_parser = ["greedy", "sample"])]
+    decode: Option<String>,
+    #[arg(long, default_value_t = 1.0)]
+    temperature: f64,
+    /// Keep the k most likely tokens (0: all).
+    #[arg(long, default_value_t = 0)]
+    top_k: usize,
+    /// Keep the most likely tokens up to this probability mass.
+    #[arg(long, default_value_t = 1.0)]
+    top_p: f64,
+    /// Sampling seed: the same seed gives the same samples.
+    #[arg(long, default_value_t = 0)]
+    seed: u64,
+}
+
+impl SampleArgs {
+    fn settings(&self, cfg: &Config) -> Result<eval::Settings> {
+        if self.samples == 0 {
+            anyhow::bail!("--samples: must be at least 1");
+        }
+        if !(self.temperature.is_finite() && self.temperature > 0.0) {
+            anyhow::bail!("--temperature: must be > 0, got {}", self.temperature);
+        }
+        if !(self.top_p > 0.0 && self.top_p <= 1.0) {
+            anyhow::bail!("--top-p: must be in (0, 1], got {}", self.top_p);
+        }
+        let mut s = eval::Settings::greedy(cfg);
+        s.samples = self.samples;
+        s.seed = self.seed;
+        let sample = match self.decode.as_deref() {
+            Some(d) => d == "sample",
+            None => self.samples > 1,
+        };
+        if sample {
+            s.decode = Decode::Sample {
+                temperature: self.temperature,
+                top_k: self.top_k,
+                top_p: self.top_p,
+            };
+        }
+        Ok(s)
+    }
+
+    /// A file-name suffix naming the decoding, empty for greedy single answers.
+    fn suffix(&self, s: &eval::Settings) -> String {
+        match s.decode {
+            Decode::Greedy if s.samples == 1 => String::new(),
+            Decode::Greedy => format!(".greedy-k{}", s.samples),
+            Decode::Sample {
+                temperature,
+                top_k,
+                top_p,
+            } => {
+                format!(
+                    ".sample-k{}-t{temperature}-topk{top_k}-topp{top_p}-seed{}",
+                    s.samples, s.seed
+                )
+            }
+        }
+    }
 }
 
 /// Exit code of a run stopped by SIGUSR1/SIGTERM after its checkpoint (EX_TEMPFAIL).
@@ -110,8 +229,237 @@ pub fn run(cli: Cli) -> Result<ExitCode> {
                 return Ok(ExitCode::from(EXIT_INTERRUPTED));
             }
         }
+        Command::Eval {
+            run,
+            epoch,
+            last: _,
+            sampling,
+            device,
+        } => run_eval(&run, epoch, &sampling, &device)?,
+        Command::Score {
+            data,
+            answers,
+            sets,
+            prompts,
+            out,
+        } => run_score(&data, answers, sets, prompts, out)?,
+        Command::Query {
+            run,
+            query,
+            epoch,
+            sampling,
+            device,
+        } => run_query(&run, &query, epoch, &sampling, &device)?,
     }
     Ok(ExitCode::SUCCESS)
+}
+
+fn which(epoch: Option<u64>) -> eval::Which {
+    epoch.map_or(eval::Which::Last, eval::Which::Epoch)
+}
+
+fn run_eval(run_dir: &Path, epoch: Option<u64>, sampling: &SampleArgs, device: &str) -> Result<()> {
+    let device = crate::device::parse(device)?;
+    let r = eval::Run::open(run_dir, which(epoch), &device)?;
+    let settings = sampling.settings(&r.cfg)?;
+    let queries = r.data.eval()?;
+    let t0 = std::time::Instant::now();
+    let results = eval::evaluate(&r.model, &r.data, &queries, &settings)?;
+    let secs = t0.elapsed().as_secs_f64();
+    let summary = eval::summarise(&results);
+    let stem = r
+        .dir
+        .join("eval")
+        .join(format!("{}{}", r.name, sampling.suffix(&settings)));
+    let path = eval::write(&stem, &results, &summary)?;
+    let tokens: usize = results
+        .iter()
+        .flat_map(|a| &a.answers)
+        .map(|s| s.output.split_whitespace().count() + 1)
+        .sum();
+    print!(
+        "{}",
+        eval::report(
+            &format!(
+                "{} @ {} ({:?}, {} per query): {}",
+                r.dir.display(),
+                r.name,
+                settings.decode,
+                settings.samples,
+                path.display()
+            ),
+            &summary
+        )
+    );
+    if settings.samples > 1 {
+        let distinct: usize = results.iter().map(|a| a.distinct_valid()).sum();
+        println!(
+            "  distinct valid paths per query: {:.3}",
+            distinct as f64 / results.len().max(1) as f64
+        );
+    }
+    println!(
+        "  decoded {} queries in {secs:.2} s: {:.0} generated tokens/s",
+        queries.len(),
+        tokens as f64 / secs
+    );
+    Ok(())
+}
+
+fn run_score(
+    data: &Path,
+    answers: Option<PathBuf>,
+    sets: bool,
+    prompts: bool,
+    out: Option<PathBuf>,
+) -> Result<()> {
+    let d = DataDir::open(data)?;
+    if prompts {
+        let text = eval::answers::prompts(&d)?;
+        match out {
+            Some(p) => crate::fsutil::write_atomic(&p, text.as_bytes())?,
+            None => print!("{text}"),
+        }
+        return Ok(());
+    }
+    let answers = answers.expect("clap requires --answers");
+    let queries = d.eval()?;
+    let parsed = eval::answers::read(&answers, &queries, sets)?;
+    for p in &parsed.problems {
+        eprintln!("skipped {p}");
+    }
+    let alphas = eval::score::Alphas::default();
+    let mut grouped: Vec<Vec<eval::score::Scored>> = vec![Vec::new(); queries.len()];
+    for (i, text) in &parsed.answers {
+        let q = &queries[*i];
+        grouped[*i].push(eval::score::score(
+            &d.graph,
+            &q.query,
+            Some(&q.path),
+            text,
+            true,
+            &alphas,
+        ));
+    }
+    let results: Vec<eval::Answers> = queries
+        .iter()
+        .zip(grouped)
+        .filter(|(_, a)| !a.is_empty())
+        .map(|(query, answers)| eval::Answers { query, answers })
+        .collect();
+    let summary = eval::summarise(&results);
+    // The output stem: --out without its .jsonl, or ANSWERS with .scored in place of .jsonl.
+    let stem = match out {
+        Some(o) => o.with_extension(""),
+        None => answers.with_extension("scored"),
+    };
+    let path = eval::write(&stem, &results, &summary)?;
+    print!(
+        "{}",
+        eval::report(
+            &format!(
+                "{}: {} answers to {} of {} queries: {}",
+                answers.display(),
+                parsed.answers.len(),
+                results.len(),
+                queries.len(),
+                path.display()
+            ),
+            &summary
+        )
+    );
+    if !parsed.problems.is_empty() {
+        println!(
+            "  {} lines skipped (listed on stderr)",
+            parsed.problems.len()
+        );
+    }
+    Ok(())
+}
+
+fn run_query(
+    run_dir: &Path,
+    text: &str,
+    epoch: Option<u64>,
+    sampling: &SampleArgs,
+    device: &str,
+) -> Result<()> {
+    let device = crate::device::parse(device)?;
+    let r = eval::Run::open(run_dir, which(epoch), &device)?;
+    let g = &r.data.graph;
+    let q = crate::dataset::example::parse_query(g, text)
+        .map_err(|e| anyhow::anyhow!("query: {e:#}; the expected form is `U V [ I… ] [ X… ]`, for example \"{} {} [ a ] [ b ]\"", g.node_name(0), g.node_name(1)))?;
+    let settings = sampling.settings(&r.cfg)?;
+    let h_max = r.cfg.data.h_max_train;
+    let mut searcher = crate::search::Searcher::new(g);
+    let mut rng = crate::rng::stream(settings.seed, crate::rng::Purpose::Sampling, u64::MAX);
+    let reference = searcher.shortest(&q, h_max, &mut rng);
+    let eq = crate::dataset::evalset::EvalQuery {
+        id: 0,
+        hop: reference.as_ref().map_or(0, |p| p.hops() as u32),
+        level: 1 + q.include.count_ones() + q.exclude.count_ones(),
+        query: q,
+        path: reference.clone().unwrap_or(crate::search::Path {
+            nodes: vec![q.u],
+            labels: vec![],
+        }),
+        n_paths: 0,
+    };
+    let results = eval::evaluate(&r.model, &r.data, std::slice::from_ref(&eq), &settings)?;
+    println!(
+        "query {}  ({} @ {}, {:?})",
+        crate::dataset::example::prompt(g, &q),
+        r.dir.display(),
+        r.name,
+        settings.decode
+    );
+    for (i, a) in results[0].answers.iter().enumerate() {
+        let verdict = match a.error {
+            None => format!(
+                "valid, {} hops: novelty {:.3}, utility {:.1}, creativity {:.3}{}{}",
+                a.hops.unwrap_or(0),
+                a.novelty.unwrap_or(0.0),
+                a.utility,
+                a.creativity,
+                if a.repeats_node {
+                    ", repeats a node"
+                } else {
+                    ""
+                },
+                if a.is_reference {
+                    ", the reference path"
+                } else {
+                    ""
+                }
+            ),
+            Some(e) => format!(
+                "invalid: {}{}",
+                e.name(),
+                a.edge_error.map_or(String::new(), |d| format!(" ({d:?})"))
+            ),
+        };
+        println!(
+            "  answer {}: {}\n      {verdict}",
+            i + 1,
+            if a.output.is_empty() {
+                "(empty)"
+            } else {
+                &a.output
+            }
+        );
+    }
+    match &reference {
+        Some(p) => {
+            let d = p.hops();
+            let n = searcher.count_walks(&q, d as u32)[d];
+            println!(
+                "reference (a shortest valid path, by the lab's search): {}\n  {d} hops; {n} valid paths have exactly {d} hops",
+                crate::dataset::example::path_text(g, p)
+            );
+        }
+        None => println!("reference: no valid path of at most {h_max} hops (data.h_max_train)"),
+    }
+    Ok(())
 }
 
 fn train_summary(o: &run::Outcome) -> String {

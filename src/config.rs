@@ -181,6 +181,47 @@ impl Default for TrainConfig {
     }
 }
 
+/// `[eval]`: scoring and decoding (SPEC §6, §7).
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct EvalConfig {
+    /// Novelty N = α_h·h + α_r·S(P); utility U = (1 + α_I|I|)(1 + α_X|X|). SPEC Decision: 1.0.
+    pub alpha_hops: f64,
+    pub alpha_rarity: f64,
+    pub alpha_include: f64,
+    pub alpha_exclude: f64,
+    /// Rows decoded together (prompts × samples).
+    pub batch_rows: u32,
+    /// Answers sampled per query at each epoch's evaluation, besides the greedy one (0: off).
+    pub samples: u32,
+    /// Sampling temperature, top-k (0: off) and top-p (1.0: off) for those samples.
+    pub temperature: f64,
+    pub top_k: u32,
+    pub top_p: f64,
+    /// CREATE's patience γ for the set score s(S) (SPEC §7).
+    pub gamma: f64,
+    /// Coverage counts valid paths of at most h + coverage_k hops (SPEC §7).
+    pub coverage_k: u32,
+}
+
+impl Default for EvalConfig {
+    fn default() -> Self {
+        EvalConfig {
+            alpha_hops: 1.0,
+            alpha_rarity: 1.0,
+            alpha_include: 1.0,
+            alpha_exclude: 1.0,
+            batch_rows: 256,
+            samples: 0,
+            temperature: 1.0,
+            top_k: 0,
+            top_p: 1.0,
+            gamma: 0.9,
+            coverage_k: 2,
+        }
+    }
+}
+
 /// The file as written: every section optional, unknown keys rejected.
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -194,6 +235,8 @@ struct ConfigFile {
     model: ModelConfig,
     #[serde(default)]
     train: TrainConfig,
+    #[serde(default)]
+    eval: EvalConfig,
 }
 
 /// Most inclusion labels one query may carry: the search's mask has 2^this states per node.
@@ -213,6 +256,7 @@ pub struct Config {
     pub data: DataConfig,
     pub model: ModelConfig,
     pub train: TrainConfig,
+    pub eval: EvalConfig,
 }
 
 /// The resolved config as written to a run directory's `config.toml`.
@@ -223,6 +267,7 @@ struct ResolvedFile<'a> {
     data: &'a DataConfig,
     model: &'a ModelConfig,
     train: &'a TrainConfig,
+    eval: &'a EvalConfig,
 }
 
 /// The part of a config that decides the data directory's bytes.
@@ -256,6 +301,7 @@ impl Config {
             data: raw.data,
             model: raw.model,
             train: raw.train,
+            eval: raw.eval,
         };
         cfg.validate()?;
         Ok(cfg)
@@ -315,6 +361,7 @@ impl Config {
             data: &self.data,
             model: &self.model,
             train: &self.train,
+            eval: &self.eval,
         })
         .expect("config serializes")
     }
@@ -410,6 +457,38 @@ impl Config {
         }
         if t.log_every == 0 {
             return err("train.log_every", "must be at least 1".to_string());
+        }
+        let e = &self.eval;
+        for (field, v) in [
+            ("eval.alpha_hops", e.alpha_hops),
+            ("eval.alpha_rarity", e.alpha_rarity),
+            ("eval.alpha_include", e.alpha_include),
+            ("eval.alpha_exclude", e.alpha_exclude),
+        ] {
+            if !(v.is_finite() && v >= 0.0) {
+                return err(field, format!("must be finite and >= 0, got {v}"));
+            }
+        }
+        if e.batch_rows == 0 {
+            return err("eval.batch_rows", "must be at least 1".to_string());
+        }
+        if !(e.temperature.is_finite() && e.temperature > 0.0) {
+            return err(
+                "eval.temperature",
+                format!("must be > 0, got {}", e.temperature),
+            );
+        }
+        if !(e.top_p > 0.0 && e.top_p <= 1.0) {
+            return err("eval.top_p", format!("must be in (0, 1], got {}", e.top_p));
+        }
+        if !(0.0..=1.0).contains(&e.gamma) {
+            return err("eval.gamma", format!("must be in [0, 1], got {}", e.gamma));
+        }
+        if self.data.eval_hops.iter().max().unwrap_or(&0) + e.coverage_k > MAX_HOPS {
+            return err(
+                "eval.coverage_k",
+                format!("h + coverage_k must stay within {MAX_HOPS} hops"),
+            );
         }
         Ok(())
     }

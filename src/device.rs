@@ -26,7 +26,11 @@ pub fn parse(spec: &str) -> Result<Device> {
 fn cuda(n: usize) -> Result<Device> {
     // `cuda_is_available()` is true whenever the feature is built; only opening the device
     // tells whether a GPU is there.
-    Device::new_cuda(n).map_err(|e| anyhow::anyhow!("--device: cannot open CUDA device {n}: {e}"))
+    let d = Device::new_cuda(n)
+        .map_err(|e| anyhow::anyhow!("--device: cannot open CUDA device {n}: {e}"))?;
+    // f32 matmuls on TF32 tensor cores: ~8x the f32 rate on Hopper, at 10-bit mantissas.
+    candle_core::cuda::set_gemm_reduced_precision_f32(true);
+    Ok(d)
 }
 
 #[cfg(not(feature = "cuda"))]

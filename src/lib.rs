@@ -1,10 +1,11 @@
 //! `lab`: a lab for the science of machine creativity. The modules follow the data's path:
-//! config → graph → search → dataset → tokenizer → model → train, with the CLI on top.
+//! config → graph → search → dataset → tokenizer → model → train → eval, with the CLI on top.
 
 pub mod cli;
 pub mod config;
 pub mod dataset;
 pub mod device;
+pub mod eval;
 pub mod fsutil;
 pub mod graph;
 pub mod model;

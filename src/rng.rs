@@ -15,6 +15,7 @@ pub enum Purpose {
     Shuffle,
     Init,
     Order,
+    Sampling,
 }
 
 impl Purpose {
@@ -27,6 +28,7 @@ impl Purpose {
             Purpose::Shuffle => "shuffle",
             Purpose::Init => "init",
             Purpose::Order => "order",
+            Purpose::Sampling => "sampling",
         }
     }
 }

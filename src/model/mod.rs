@@ -367,6 +367,9 @@ impl Gpt {
                     .reshape((b * t, e))?;
                 y.index_select(&p.unpad_index(qkv.device())?, 0)
             }
+            Layout::Cached { t, cache, .. } if cache.is_host() => {
+                cache.attend_host(layer, qkv, *t, self.cfg.n_head)
+            }
             Layout::Cached { b, t, cache } => {
                 let y = self.attention_dense(&qkv.reshape((*b, *t, 3 * e))?, layer, Some(cache))?;
                 y.reshape((*b * *t, e))
@@ -396,8 +399,9 @@ impl Gpt {
         let mut key_bias = None;
         if let Some(c) = cache {
             past = c.len();
-            (k, v) = c.append(layer, &k, &v)?;
-            key_bias = c.key_bias(past + t)?;
+            let bias;
+            (k, v, bias) = c.append_dense(layer, &k, &v)?;
+            key_bias = Some(bias);
         }
         let total = past + t;
         let scale = 1.0 / (hd as f64).sqrt();
@@ -473,6 +477,18 @@ impl Gpt {
     /// Logits (n, vocab) of selected hidden rows: the head at the positions that decode.
     pub fn logits(&self, hidden_rows: &Tensor) -> Result<Tensor> {
         hidden_rows.matmul(&self.wte.t()?)
+    }
+
+    /// A KV cache for decoding `pad.len()` rows of at most `cap` positions, the first `pad[r]`
+    /// of row r being left padding; in host memory when the fused kernels run.
+    pub fn kv_cache(&self, pad: Vec<usize>, cap: usize) -> KvCache {
+        KvCache::new(
+            self.cfg.n_layer,
+            self.cfg.n_embd,
+            pad,
+            cap,
+            self.kernels == Kernels::Fused && self.device().is_cpu(),
+        )
     }
 }
 

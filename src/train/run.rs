@@ -324,7 +324,8 @@ pub fn train(opts: Options) -> Result<Outcome> {
         let v = validation_loss(&model, &cache.val, b)?;
         val_loss = Some(v);
         let mut figures = vec![("val/loss".to_string(), v)];
-        figures.extend(crate::train::epoch_eval(
+        figures.extend(crate::eval::epoch(
+            cfg,
             &model,
             &data,
             lp.state.epoch,

@@ -270,7 +270,7 @@ fn bad_p_inc() {
 #[test]
 fn bad_eval_hop_too_far_is_an_error_not_a_hang() {
     bad_config(
-        "[graph]\nnode_len = 2\n[data]\neval_hops = [1, 40]\nbase_paths_per_hop = 5\n",
+        "[graph]\nnode_len = 2\n[data]\neval_hops = [1, 40]\nbase_paths_per_hop = 5\n[model]\nn_positions = 128\n",
         "data.eval_hops",
         "hop 40: only 0 node pairs lie at distance 40, need 5",
     );

@@ -4,6 +4,9 @@ mod util;
 
 mod data_cli;
 mod data_props;
+mod eval_cli;
+mod eval_score;
 mod parity;
 mod tokenizer;
+mod train_cli;
 mod uniform;

@@ -1,0 +1,129 @@
+//! Answers from any source for `lab score`: JSONL lines `{"id": …, "output": "…"}` read
+//! leniently (a bad line is reported with its number and skipped), and the eval queries
+//! written as plain-text prompts for anyone who wants to ask an LLM.
+
+use std::collections::{HashMap, HashSet};
+use std::path::Path;
+
+use anyhow::{Context, Result};
+use serde::Deserialize;
+
+use crate::dataset::DataDir;
+use crate::dataset::evalset::EvalQuery;
+use crate::dataset::example::prompt;
+use crate::graph::labels_string;
+
+#[derive(Deserialize)]
+struct Line {
+    id: serde_json::Value,
+    output: serde_json::Value,
+}
+
+/// Answers grouped by query, in file order, with the problems found on the way.
+pub struct Parsed {
+    /// (query index, output) per good line.
+    pub answers: Vec<(usize, String)>,
+    /// One message per skipped line: `FILE:LINE: reason`.
+    pub problems: Vec<String>,
+}
+
+/// Read an answers file. With `sets`, several lines may answer one id; otherwise a repeated
+/// id is a problem. Any `output` string is accepted; a non-string `output` is a problem.
+pub fn read(path: &Path, queries: &[EvalQuery], sets: bool) -> Result<Parsed> {
+    let text = std::fs::read_to_string(path)
+        .with_context(|| format!("{}: cannot read", path.display()))?;
+    let by_id: HashMap<u64, usize> = queries
+        .iter()
+        .enumerate()
+        .map(|(i, q)| (q.id as u64, i))
+        .collect();
+    let mut seen = HashSet::new();
+    let mut out = Parsed {
+        answers: Vec::new(),
+        problems: Vec::new(),
+    };
+    for (n, raw) in text.lines().enumerate() {
+        let at = format!("{}:{}", path.display(), n + 1);
+        if raw.trim().is_empty() {
+            continue;
+        }
+        let line: Line = match serde_json::from_str(raw) {
+            Ok(l) => l,
+            Err(e) => {
+                out.problems
+                    .push(format!("{at}: malformed JSON line ({e})"));
+                continue;
+            }
+        };
+        let Some(id) = line.id.as_u64() else {
+            out.problems.push(format!(
+                "{at}: `id` must be a non-negative integer, got {}",
+                line.id
+            ));
+            continue;
+        };
+        let Some(&q) = by_id.get(&id) else {
+            out.problems.push(format!(
+                "{at}: unknown id {id} (the eval set has ids 0..{})",
+                queries.len()
+            ));
+            continue;
+        };
+        let Some(output) = line.output.as_str() else {
+            out.problems.push(format!(
+                "{at}: `output` must be a string, got {}",
+                line.output
+            ));
+            continue;
+        };
+        if !seen.insert(id) && !sets {
+            out.problems.push(format!(
+                "{at}: duplicate id {id} (pass --sets to score several answers per query)"
+            ));
+            continue;
+        }
+        out.answers.push((q, output.to_string()));
+    }
+    Ok(out)
+}
+
+/// The eval queries as plain-text prompts, one JSON line `{"id", "prompt"}` each.
+pub fn prompts(data: &DataDir) -> Result<String> {
+    let g = &data.graph;
+    let mut out = String::new();
+    for q in data.eval()? {
+        let x = &q.query;
+        let include = labels_string(x.include);
+        let exclude = labels_string(x.exclude);
+        let text = format!(
+            "In the labelled graph given in graph.txt (each line `UUUlVVV` is an undirected edge between \
+             nodes UUU and VVV with label l), find a walk from {u} to {v} that uses {inc} and {exc}. \
+             Answer with the walk only, as nodes and labels separated by spaces, for example \
+             `{u} a XXX b {v}`. The query in the lab's own format is: {p}",
+            u = g.node_name(x.u),
+            v = g.node_name(x.v),
+            inc = if include.is_empty() {
+                "any labels".to_string()
+            } else {
+                format!("every one of the labels {}", spaced(&include))
+            },
+            exc = if exclude.is_empty() {
+                "may use any label".to_string()
+            } else {
+                format!("none of the labels {}", spaced(&exclude))
+            },
+            p = prompt(g, x),
+        );
+        out.push_str(&serde_json::json!({"id": q.id, "prompt": text}).to_string());
+        out.push('\n');
+    }
+    Ok(out)
+}
+
+fn spaced(letters: &str) -> String {
+    letters
+        .chars()
+        .map(String::from)
+        .collect::<Vec<_>>()
+        .join(", ")
+}

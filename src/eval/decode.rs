@@ -1,0 +1,256 @@
+//! Batched autoregressive decoding with the KV cache: greedy, or sampling with temperature,
+//! top-k and top-p, K samples per prompt sharing one prefill, each seeded on its own.
+
+use anyhow::Result;
+use candle_core::Tensor;
+use rand::Rng;
+
+use crate::model::Gpt;
+use crate::rng::{Purpose, stream};
+use crate::tokenizer::{EOS, PAD};
+
+/// How the next token is chosen.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum Decode {
+    Greedy,
+    /// Temperature, top-k (0: all), top-p (1.0: all).
+    Sample {
+        temperature: f64,
+        top_k: usize,
+        top_p: f64,
+    },
+}
+
+/// One generated answer: its tokens before `<eos>`, and whether `<eos>` came within budget.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Generated {
+    pub tokens: Vec<u32>,
+    pub finished: bool,
+}
+
+pub struct Decoder<'a> {
+    pub model: &'a Gpt,
+    /// Real vocabulary size: ids past it (embedding padding) are never emitted.
+    pub n_tokens: usize,
+    /// Most tokens generated per answer, `<eos>` included (SPEC §6: 2·h_max_train + 2).
+    pub budget: usize,
+    /// Rows decoded together (prompts × samples).
+    pub batch_rows: usize,
+    pub decode: Decode,
+    pub samples: usize,
+    pub seed: u64,
+}
+
+/// The random stream of sample `k` of prompt `id`.
+pub fn sample_stream(seed: u64, id: u64, k: usize) -> rand_chacha::ChaCha8Rng {
+    stream(seed, Purpose::Sampling, id << 16 | k as u64)
+}
+
+/// Choose a token from one row of logits: argmax, or a draw after temperature, top-k, top-p.
+pub fn choose(logits: &[f32], decode: Decode, rng: &mut rand_chacha::ChaCha8Rng) -> u32 {
+    match decode {
+        Decode::Greedy => {
+            let mut best = 0;
+            for (i, &z) in logits.iter().enumerate() {
+                if z > logits[best] {
+                    best = i;
+                }
+            }
+            best as u32
+        }
+        Decode::Sample {
+            temperature,
+            top_k,
+            top_p,
+        } => {
+            let t = temperature.max(1e-6) as f32;
+            let mut idx: Vec<usize> = (0..logits.len()).collect();
+            idx.sort_unstable_by(|&a, &b| logits[b].total_cmp(&logits[a]).then(a.cmp(&b)));
+            if top_k > 0 {
+                idx.truncate(top_k);
+            }
+            let max = logits[idx[0]];
+            let w: Vec<f64> = idx
+                .iter()
+                .map(|&i| (((logits[i] - max) / t) as f64).exp())
+                .collect();
+            let total: f64 = w.iter().sum();
+            let mut keep = w.len();
+            if top_p < 1.0 {
+                let mut acc = 0.0;
+                for (n, x) in w.iter().enumerate() {
+                    acc += x / total;
+                    if acc >= top_p {
+                        keep = n + 1;
+                        break;
+                    }
+                }
+            }
+            let total: f64 = w[..keep].iter().sum();
+            let mut r = rng.random::<f64>() * total;
+            for (n, x) in w[..keep].iter().enumerate() {
+                if r < *x {
+                    return idx[n] as u32;
+                }
+                r -= x;
+            }
+            idx[keep - 1] as u32
+        }
+    }
+}
+
+impl Decoder<'_> {
+    /// Decode every prompt `samples` times. `ids[i]` seeds prompt i's samples, so results do
+    /// not depend on batching. Returns, per prompt, its answers.
+    pub fn run(&self, prompts: &[Vec<u32>], ids: &[u64]) -> Result<Vec<Vec<Generated>>> {
+        let k = self.samples.max(1);
+        let per_batch = (self.batch_rows / k).max(1);
+        let mut out = Vec::with_capacity(prompts.len());
+        for (chunk, chunk_ids) in prompts.chunks(per_batch).zip(ids.chunks(per_batch)) {
+            out.extend(self.batch(chunk, chunk_ids)?);
+        }
+        Ok(out)
+    }
+
+    fn batch(&self, prompts: &[Vec<u32>], ids: &[u64]) -> Result<Vec<Vec<Generated>>> {
+        let model = self.model;
+        let device = model.device();
+        let k = self.samples.max(1);
+        let width = prompts.iter().map(Vec::len).max().unwrap_or(1);
+        // Prefill, left-padded: row r's real tokens sit at the end, at positions 0..len.
+        let (mut tok, mut pos) = (Vec::new(), Vec::new());
+        let pad: Vec<usize> = prompts.iter().map(|p| width - p.len()).collect();
+        for p in prompts {
+            tok.extend(std::iter::repeat_n(PAD, width - p.len()).chain(p.iter().copied()));
+            pos.extend(std::iter::repeat_n(0, width - p.len()).chain(0..p.len() as u32));
+        }
+        let n = prompts.len();
+        let mut cache = model.kv_cache(pad, width + self.budget);
+        let h = model.hidden_cached(
+            &Tensor::from_vec(tok, (n, width), device)?,
+            &Tensor::from_vec(pos, (n, width), device)?,
+            &mut cache,
+        )?;
+        let last = Tensor::from_vec(
+            (0..n as u32)
+                .map(|r| r * width as u32 + width as u32 - 1)
+                .collect::<Vec<_>>(),
+            n,
+            device,
+        )?;
+        let mut logits = self.logits(&h.index_select(&last, 0)?)?;
+        if k > 1 {
+            cache.repeat_rows(k)?;
+            logits = logits
+                .chunks(self.n_tokens)
+                .flat_map(|row| std::iter::repeat_n(row, k).flatten().copied())
+                .collect();
+        }
+        let rows = n * k;
+        let mut rngs: Vec<_> = (0..rows)
+            .map(|r| sample_stream(self.seed, ids[r / k], r % k))
+            .collect();
+        let mut gens = vec![
+            Generated {
+                tokens: Vec::new(),
+                finished: false
+            };
+            rows
+        ];
+        let mut active: Vec<usize> = (0..rows).collect();
+        for step in 0..self.budget {
+            let mut next = Vec::with_capacity(active.len());
+            let mut still = Vec::with_capacity(active.len());
+            for (b, &r) in active.iter().enumerate() {
+                let t = choose(
+                    &logits[b * self.n_tokens..][..self.n_tokens],
+                    self.decode,
+                    &mut rngs[r],
+                );
+                if t == EOS {
+                    gens[r].finished = true;
+                } else {
+                    gens[r].tokens.push(t);
+                    next.push(t);
+                    still.push(r);
+                }
+            }
+            active = still;
+            if active.is_empty() || step + 1 == self.budget {
+                break;
+            }
+            let a = active.len();
+            let pos: Vec<u32> = active
+                .iter()
+                .map(|&r| (prompts[r / k].len() + step) as u32)
+                .collect();
+            cache.set_active(active.clone());
+            let h = model.hidden_cached(
+                &Tensor::from_vec(next, (a, 1), device)?,
+                &Tensor::from_vec(pos, (a, 1), device)?,
+                &mut cache,
+            )?;
+            logits = self.logits(&h)?;
+        }
+        Ok(gens.chunks(k).map(|c| c.to_vec()).collect())
+    }
+
+    /// Logits of hidden rows over the real vocabulary, flattened row after row.
+    fn logits(&self, h: &Tensor) -> Result<Vec<f32>> {
+        Ok(self
+            .model
+            .logits(h)?
+            .narrow(1, 0, self.n_tokens)?
+            .contiguous()?
+            .flatten_all()?
+            .to_vec1()?)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn greedy_picks_the_first_maximum() {
+        let mut rng = stream(0, Purpose::Sampling, 0);
+        assert_eq!(choose(&[0.1, 2.0, 2.0, -1.0], Decode::Greedy, &mut rng), 1);
+    }
+
+    #[test]
+    fn top_k_one_is_greedy_and_sampling_is_seeded() {
+        let logits = [0.5f32, 1.5, 0.2, 1.4];
+        let top1 = Decode::Sample {
+            temperature: 1.0,
+            top_k: 1,
+            top_p: 1.0,
+        };
+        let mut rng = stream(0, Purpose::Sampling, 0);
+        for _ in 0..20 {
+            assert_eq!(choose(&logits, top1, &mut rng), 1);
+        }
+        let s = Decode::Sample {
+            temperature: 1.0,
+            top_k: 0,
+            top_p: 1.0,
+        };
+        let draw = |seed| {
+            let mut r = stream(seed, Purpose::Sampling, 0);
+            (0..50)
+                .map(|_| choose(&logits, s, &mut r))
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(draw(3), draw(3));
+        assert_ne!(draw(3), draw(4));
+        // top-p 0.5 keeps only the two most likely tokens here (0.40 + 0.36 ≥ 0.5).
+        let p = Decode::Sample {
+            temperature: 1.0,
+            top_k: 0,
+            top_p: 0.5,
+        };
+        let mut r = stream(1, Purpose::Sampling, 0);
+        for _ in 0..100 {
+            assert!(matches!(choose(&logits, p, &mut r), 1 | 3));
+        }
+    }
+}

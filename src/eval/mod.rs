@@ -1,0 +1,330 @@
+//! Evaluation (SPEC §6): decode every eval query, parse and score each answer, aggregate, and
+//! write `eval/<name>.jsonl` with its summary. Takes the model from `model`, queries from
+//! `dataset`; scoring lives in `score`, aggregation in `summary`, decoding in `decode`.
+
+pub mod answers;
+pub mod decode;
+pub mod score;
+pub mod summary;
+
+use std::path::{Path, PathBuf};
+
+use anyhow::{Context, Result};
+use serde_json::{Map, Value};
+
+use crate::config::Config;
+use crate::dataset::DataDir;
+use crate::dataset::evalset::EvalQuery;
+use crate::dataset::example::prompt;
+use crate::fsutil::write_atomic;
+use crate::model::Gpt;
+use decode::{Decode, Decoder};
+use score::{Alphas, Scored};
+use summary::Summary;
+
+/// How to evaluate: decoding, samples per query, seed, score weights.
+#[derive(Clone, Copy, Debug)]
+pub struct Settings {
+    pub decode: Decode,
+    pub samples: usize,
+    pub seed: u64,
+    pub alphas: Alphas,
+    pub batch_rows: usize,
+    /// Tokens generated at most per answer: 2·h_max_train + 2 (SPEC §6).
+    pub budget: usize,
+}
+
+impl Settings {
+    /// Greedy decoding with the config's weights and batch size.
+    pub fn greedy(cfg: &Config) -> Settings {
+        let e = &cfg.eval;
+        Settings {
+            decode: Decode::Greedy,
+            samples: 1,
+            seed: cfg.train.seed,
+            alphas: Alphas {
+                hops: e.alpha_hops,
+                rarity: e.alpha_rarity,
+                include: e.alpha_include,
+                exclude: e.alpha_exclude,
+            },
+            batch_rows: e.batch_rows as usize,
+            budget: 2 * cfg.data.h_max_train as usize + 2,
+        }
+    }
+}
+
+/// The answers to one query.
+pub struct Answers<'a> {
+    pub query: &'a EvalQuery,
+    pub answers: Vec<Scored>,
+}
+
+impl Answers<'_> {
+    /// Distinct valid paths among the answers.
+    pub fn distinct_valid(&self) -> usize {
+        let mut paths: Vec<_> = self
+            .answers
+            .iter()
+            .filter_map(|a| a.path.as_ref())
+            .collect();
+        paths.sort_by(|a, b| (&a.nodes, &a.labels).cmp(&(&b.nodes, &b.labels)));
+        paths.dedup();
+        paths.len()
+    }
+}
+
+/// Decode and score every query of `queries`.
+pub fn evaluate<'a>(
+    model: &Gpt,
+    data: &DataDir,
+    queries: &'a [EvalQuery],
+    s: &Settings,
+) -> Result<Vec<Answers<'a>>> {
+    let g = &data.graph;
+    let vocab = data.vocab();
+    let prompts: Vec<Vec<u32>> = queries
+        .iter()
+        .map(|q| vocab.encode(&prompt(g, &q.query)))
+        .collect();
+    let ids: Vec<u64> = queries.iter().map(|q| q.id as u64).collect();
+    let decoder = Decoder {
+        model,
+        n_tokens: vocab.n_tokens() as usize,
+        budget: s.budget,
+        batch_rows: s.batch_rows,
+        decode: s.decode,
+        samples: s.samples,
+        seed: s.seed,
+    };
+    let generated = decoder.run(&prompts, &ids)?;
+    Ok(queries
+        .iter()
+        .zip(generated)
+        .map(|(q, gens)| Answers {
+            query: q,
+            answers: gens
+                .iter()
+                .map(|a| {
+                    let text = vocab.decode(&a.tokens);
+                    score::score(g, &q.query, Some(&q.path), &text, a.finished, &s.alphas)
+                })
+                .collect(),
+        })
+        .collect())
+}
+
+/// The summary of every answer, tagged with its query's hop and level.
+pub fn summarise(results: &[Answers]) -> Summary {
+    let tagged: Vec<(u32, u32, &Scored)> = results
+        .iter()
+        .flat_map(|r| {
+            r.answers
+                .iter()
+                .map(move |a| (r.query.hop, r.query.level, a))
+        })
+        .collect();
+    summary::summarise(&tagged)
+}
+
+/// One JSONL line: the spec's fields for a single answer, or `samples` and `distinct_valid`
+/// when there are several.
+pub fn line(id: u32, answers: &[Scored], distinct_valid: usize) -> Value {
+    let mut m = Map::new();
+    m.insert("id".into(), id.into());
+    if let [one] = answers {
+        if let Value::Object(fields) = serde_json::to_value(one).expect("scored serializes") {
+            m.extend(fields);
+        }
+    } else {
+        m.insert(
+            "samples".into(),
+            serde_json::to_value(answers).expect("scored serializes"),
+        );
+        m.insert("distinct_valid".into(), distinct_valid.into());
+    }
+    Value::Object(m)
+}
+
+/// `stem` with `ext` appended (not replacing anything after a dot in the stem).
+fn with_suffix(stem: &Path, ext: &str) -> PathBuf {
+    let mut s = stem.as_os_str().to_owned();
+    s.push(ext);
+    PathBuf::from(s)
+}
+
+/// Write `<stem>.jsonl` and `<stem>.summary.json` atomically.
+pub fn write(stem: &Path, results: &[Answers], summary: &Summary) -> Result<PathBuf> {
+    if let Some(dir) = stem.parent() {
+        std::fs::create_dir_all(dir)
+            .with_context(|| format!("{}: cannot create", dir.display()))?;
+    }
+    let mut text = String::new();
+    for r in results {
+        text.push_str(&line(r.query.id, &r.answers, r.distinct_valid()).to_string());
+        text.push('\n');
+    }
+    let jsonl = with_suffix(stem, ".jsonl");
+    write_atomic(&jsonl, text.as_bytes())?;
+    write_atomic(
+        &with_suffix(stem, ".summary.json"),
+        (serde_json::to_string_pretty(summary)? + "\n").as_bytes(),
+    )?;
+    Ok(jsonl)
+}
+
+/// The figures of a summary under their metric names (`eval/creativity`, `eval/err/<type>`…).
+pub fn figures(prefix: &str, s: &Summary) -> Vec<(String, f64)> {
+    let f = &s.figures;
+    let mut out = vec![
+        (format!("{prefix}/creativity"), f.creativity),
+        (format!("{prefix}/utility"), f.utility),
+        (
+            format!("{prefix}/novelty_valid"),
+            f.novelty_valid.unwrap_or(f64::NAN),
+        ),
+        (format!("{prefix}/valid_rate"), f.valid_rate),
+    ];
+    for (k, v) in &f.errors {
+        out.push((format!("{prefix}/err/{k}"), *v as f64));
+    }
+    out
+}
+
+/// The evaluation at the end of epoch `epoch` of a run: greedy decoding of the whole eval set,
+/// written to `eval/epoch-NN.*`; returns the figures to log.
+pub fn epoch(
+    cfg: &Config,
+    model: &Gpt,
+    data: &DataDir,
+    epoch: u64,
+    run_dir: &Path,
+) -> Result<Vec<(String, f64)>> {
+    let queries = data.eval()?;
+    let results = evaluate(model, data, &queries, &Settings::greedy(cfg))?;
+    let summary = summarise(&results);
+    write(
+        &run_dir.join("eval").join(format!("epoch-{epoch:02}")),
+        &results,
+        &summary,
+    )?;
+    Ok(figures("eval", &summary))
+}
+
+/// Which checkpoint of a run to evaluate.
+#[derive(Clone, Copy, Debug)]
+pub enum Which {
+    Epoch(u64),
+    Last,
+}
+
+/// A trained run opened for evaluation: its config, data and model.
+pub struct Run {
+    pub dir: PathBuf,
+    pub cfg: Config,
+    pub data: DataDir,
+    pub model: Gpt,
+    /// `epoch-NN` or `step-NNNNNNNN`: the checkpoint evaluated.
+    pub name: String,
+}
+
+impl Run {
+    pub fn open(dir: &Path, which: Which, device: &candle_core::Device) -> Result<Run> {
+        use crate::train::{checkpoint, run};
+        let cfg = Config::load(&dir.join("config.toml"))?;
+        let info = run::read_run_info(dir)?;
+        let data = DataDir::open(&info.data_dir)?;
+        let (path, name) = match which {
+            Which::Epoch(n) => {
+                let p = checkpoint::epoch_model(dir, n);
+                if !p.exists() {
+                    anyhow::bail!(
+                        "{}: no checkpoint for epoch {n} ({} is missing)",
+                        dir.display(),
+                        p.display()
+                    );
+                }
+                (p, format!("epoch-{n:02}"))
+            }
+            Which::Last => {
+                let (ckpt, state) = checkpoint::latest(dir).with_context(|| {
+                    format!(
+                        "{}: no checkpoint to evaluate (train it first)",
+                        dir.display()
+                    )
+                })?;
+                (ckpt.join(checkpoint::MODEL), checkpoint::tag(&state))
+            }
+        };
+        let model = Gpt::load(info.model, &path, device)?;
+        Ok(Run {
+            dir: dir.to_path_buf(),
+            cfg,
+            data,
+            model,
+            name,
+        })
+    }
+}
+
+/// A human summary of an evaluation: the headline figures, errors, and a row per hop.
+pub fn report(title: &str, s: &Summary) -> String {
+    use std::fmt::Write as _;
+    let f = &s.figures;
+    let mut out = String::new();
+    let _ = writeln!(out, "{title}");
+    let _ = writeln!(
+        out,
+        "  creativity {:.4}   utility {:.4}   novelty of valid {}   valid {:.1}%   ({} answers)",
+        f.creativity,
+        f.utility,
+        f.novelty_valid.map_or("-".into(), |n| format!("{n:.4}")),
+        100.0 * f.valid_rate,
+        f.n
+    );
+    let errs: Vec<String> = score::ErrorType::ALL
+        .iter()
+        .map(|e| format!("{} {}", e.name(), f.errors[e.name()]))
+        .collect();
+    let _ = writeln!(out, "  errors: {}", errs.join(", "));
+    let _ = writeln!(
+        out,
+        "  hallucinated edges: {} with no edge, {} with a wrong label; valid answers repeating a node: {}; equal to the reference: {}",
+        f.edge_errors["no_edge"], f.edge_errors["wrong_label"], f.repeats_node, f.is_reference
+    );
+    let _ = writeln!(
+        out,
+        "  {:>4} {:>6} {:>8} {:>11} {:>9}",
+        "hop", "n", "valid", "creativity", "novelty"
+    );
+    let mut hops: Vec<u32> = s.by_hop_level.iter().map(|c| c.hop).collect();
+    hops.dedup();
+    for h in hops {
+        let cells: Vec<&summary::Cell> = s.by_hop_level.iter().filter(|c| c.hop == h).collect();
+        let n: usize = cells.iter().map(|c| c.figures.n).sum();
+        let w = |get: &dyn Fn(&summary::Figures) -> f64| -> f64 {
+            cells
+                .iter()
+                .map(|c| get(&c.figures) * c.figures.n as f64)
+                .sum::<f64>()
+                / n.max(1) as f64
+        };
+        let valid = w(&|f| f.valid_rate);
+        let nov: Vec<f64> = cells
+            .iter()
+            .filter_map(|c| c.figures.novelty_valid)
+            .collect();
+        let _ = writeln!(
+            out,
+            "  {h:>4} {n:>6} {:>7.1}% {:>11.4} {:>9}",
+            100.0 * valid,
+            w(&|f| f.creativity),
+            if nov.is_empty() {
+                "-".into()
+            } else {
+                format!("{:.3}", nov.iter().sum::<f64>() / nov.len() as f64)
+            }
+        );
+    }
+    out
+}

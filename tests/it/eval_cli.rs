@@ -1,0 +1,291 @@
+//! Decoding and the evaluation commands through the real binary: the KV cache decodes exactly
+//! what full recomputation decodes, and `lab eval`, `lab score` and `lab query` handle bad input
+//! with clear errors while scoring every good line.
+
+use std::path::{Path, PathBuf};
+use std::sync::OnceLock;
+
+use candle_core::{Device, Tensor};
+use lab::dataset::example::prompt;
+use lab::eval::decode::{Decode, Decoder, choose, sample_stream};
+use lab::eval::{Run, Which};
+use lab::model::{Gpt, Kernels};
+use lab::tokenizer::EOS;
+
+use crate::train_cli::MICRO;
+use crate::util::{lab, run_expect, write_config};
+
+/// One micro model trained for the whole test binary (2 epochs, a few seconds).
+fn trained() -> &'static Path {
+    static DIR: OnceLock<PathBuf> = OnceLock::new();
+    DIR.get_or_init(|| {
+        let dir = tempfile::tempdir().unwrap().keep();
+        let cfg = write_config(&dir, "micro.toml", MICRO);
+        run_expect(
+            lab(&dir)
+                .args(["train", "--device", "cpu", "--config"])
+                .arg(&cfg)
+                .args(["--out", "run"]),
+            0,
+        );
+        dir
+    })
+}
+
+/// Decode one prompt by recomputing the whole prefix at every step (no cache).
+fn recompute(
+    model: &Gpt,
+    prompt: &[u32],
+    decode: Decode,
+    seed: u64,
+    id: u64,
+    k: usize,
+    n_tokens: usize,
+    budget: usize,
+) -> Vec<u32> {
+    let mut rng = sample_stream(seed, id, k);
+    let mut seq = prompt.to_vec();
+    let mut out = Vec::new();
+    for _ in 0..budget {
+        let n = seq.len();
+        let ids = Tensor::from_vec(seq.clone(), n, &Device::Cpu).unwrap();
+        let pos = Tensor::from_vec((0..n as u32).collect::<Vec<_>>(), n, &Device::Cpu).unwrap();
+        let h = model.hidden(&ids, &pos, &[n]).unwrap();
+        let logits: Vec<f32> = model
+            .logits(&h.narrow(0, n - 1, 1).unwrap())
+            .unwrap()
+            .flatten_all()
+            .unwrap()
+            .to_vec1()
+            .unwrap();
+        let t = choose(&logits[..n_tokens], decode, &mut rng);
+        if t == EOS {
+            break;
+        }
+        out.push(t);
+        seq.push(t);
+    }
+    out
+}
+
+#[test]
+fn kv_cache_decodes_exactly_what_recomputation_decodes() {
+    let run = Run::open(&trained().join("run"), Which::Last, &Device::Cpu).unwrap();
+    let vocab = run.data.vocab();
+    let queries = run.data.eval().unwrap();
+    let prompts: Vec<Vec<u32>> = queries
+        .iter()
+        .map(|q| vocab.encode(&prompt(&run.data.graph, &q.query)))
+        .collect();
+    let ids: Vec<u64> = queries.iter().map(|q| q.id as u64).collect();
+    let mut model = run.model;
+    let n_tokens = vocab.n_tokens() as usize;
+    let sample = Decode::Sample {
+        temperature: 1.0,
+        top_k: 0,
+        top_p: 1.0,
+    };
+    for kernels in [Kernels::Fused, Kernels::Composed] {
+        model.kernels = kernels;
+        for (decode, samples) in [(Decode::Greedy, 1), (sample, 3)] {
+            let d = Decoder {
+                model: &model,
+                n_tokens,
+                budget: 14,
+                batch_rows: 16,
+                decode,
+                samples,
+                seed: 7,
+            };
+            let got = d.run(&prompts, &ids).unwrap();
+            for (i, answers) in got.iter().enumerate() {
+                for (k, a) in answers.iter().enumerate() {
+                    let want = recompute(&model, &prompts[i], decode, 7, ids[i], k, n_tokens, 14);
+                    assert_eq!(
+                        a.tokens, want,
+                        "{kernels:?} {decode:?}: query {} sample {k}",
+                        ids[i]
+                    );
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn eval_writes_files_and_sampling_is_seeded() {
+    let dir = trained();
+    let out = run_expect(
+        lab(dir).args(["eval", "--run", "run", "--device", "cpu", "--epoch", "2"]),
+        0,
+    );
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        text.contains("run @ epoch-02") && text.contains("creativity"),
+        "{text}"
+    );
+    let greedy = std::fs::read_to_string(dir.join("run/eval/epoch-02.jsonl")).unwrap();
+    assert_eq!(greedy.lines().count(), 45);
+    let sample = |seed: &str| {
+        run_expect(
+            lab(dir).args([
+                "eval",
+                "--run",
+                "run",
+                "--device",
+                "cpu",
+                "--samples",
+                "4",
+                "--seed",
+                seed,
+            ]),
+            0,
+        );
+        let name = format!("run/eval/epoch-02.sample-k4-t1-topk0-topp1-seed{seed}.jsonl");
+        std::fs::read_to_string(dir.join(name)).unwrap()
+    };
+    let (a, b, c) = (sample("5"), sample("5"), sample("6"));
+    assert_eq!(a, b, "the same seed gives the same samples");
+    assert_ne!(a, c, "another seed gives other samples");
+    let first: serde_json::Value = serde_json::from_str(a.lines().next().unwrap()).unwrap();
+    assert_eq!(first["samples"].as_array().unwrap().len(), 4);
+    assert!(first["distinct_valid"].is_u64());
+}
+
+#[test]
+fn score_reports_bad_lines_and_scores_the_rest() {
+    let dir = trained();
+    let data = lab::train::run::read_run_info(&dir.join("run"))
+        .unwrap()
+        .data_dir;
+    let answers = dir.join("answers.jsonl");
+    let d = lab::dataset::DataDir::open(&data).unwrap();
+    let eval = d.eval().unwrap();
+    let reference = |i: usize| lab::dataset::example::path_text(&d.graph, &eval[i].path);
+    std::fs::write(
+        &answers,
+        format!(
+            "{{\"id\": 0, \"output\": \"{}\"}}\nnot json\n{{\"id\": 999, \"output\": \"AA\"}}\n{{\"id\": 0, \"output\": \"x\"}}\n{{\"id\": 1, \"output\": \"garbage ] [ <eos>\"}}\n{{\"id\": 2, \"output\": 5}}\n",
+            reference(0)
+        ),
+    )
+    .unwrap();
+    let out = run_expect(
+        lab(dir)
+            .args(["score", "--data"])
+            .arg(&data)
+            .arg("--answers")
+            .arg(&answers),
+        0,
+    );
+    let err = String::from_utf8_lossy(&out.stderr);
+    for needle in [
+        "answers.jsonl:2: malformed JSON",
+        "answers.jsonl:3: unknown id 999",
+        "answers.jsonl:4: duplicate id 0",
+        "answers.jsonl:6: `output` must be a string",
+    ] {
+        assert!(err.contains(needle), "missing `{needle}` in:\n{err}");
+    }
+    let scored = std::fs::read_to_string(dir.join("answers.scored.jsonl")).unwrap();
+    let lines: Vec<serde_json::Value> = scored
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(lines.len(), 2, "the good lines, ids 0 and 1");
+    assert_eq!(lines[0]["valid"], true);
+    assert_eq!(lines[1]["error"], "parse_failure");
+    let summary: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(dir.join("answers.scored.summary.json")).unwrap(),
+    )
+    .unwrap();
+    assert_eq!(summary["n"], 2);
+    assert_eq!(summary["errors"]["parse_failure"], 1);
+    assert_eq!(summary["valid_rate"], 0.5);
+}
+
+#[test]
+fn score_prompts_round_trip() {
+    let dir = trained();
+    let data = lab::train::run::read_run_info(&dir.join("run"))
+        .unwrap()
+        .data_dir;
+    let out = run_expect(
+        lab(dir).args(["score", "--prompts", "--data"]).arg(&data),
+        0,
+    );
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(text.lines().count(), 45);
+    let first: serde_json::Value = serde_json::from_str(text.lines().next().unwrap()).unwrap();
+    assert!(
+        first["prompt"]
+            .as_str()
+            .unwrap()
+            .contains("find a walk from")
+    );
+}
+
+#[test]
+fn eval_without_checkpoint_is_a_clear_error() {
+    let tmp = tempfile::tempdir().unwrap();
+    let cfg = write_config(tmp.path(), "micro.toml", MICRO);
+    // A run directory whose training stopped before its first checkpoint: only config files.
+    run_expect(
+        lab(tmp.path())
+            .args(["train", "--device", "cpu", "--config"])
+            .arg(&cfg)
+            .args(["--out", "run", "--max-steps", "0"]),
+        0,
+    );
+    std::fs::remove_file(tmp.path().join("run/latest")).unwrap();
+    let out = run_expect(
+        lab(tmp.path()).args(["eval", "--run", "run", "--device", "cpu"]),
+        2,
+    );
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(err.trim_end().lines().count(), 1, "{err}");
+    assert!(err.contains("no checkpoint to evaluate"), "{err}");
+    let out = run_expect(
+        lab(tmp.path()).args(["eval", "--run", "nowhere", "--device", "cpu"]),
+        2,
+    );
+    assert!(String::from_utf8_lossy(&out.stderr).contains("nowhere/config.toml: cannot read"));
+}
+
+#[test]
+fn query_with_a_malformed_string_says_the_expected_form() {
+    let dir = trained();
+    for bad in [
+        "AA",
+        "AA AB [ a ]",
+        "AA AB [ a ] [ a ]",
+        "AA QQQ [ ] [ ]",
+        "AA AB ( a ) ( b )",
+    ] {
+        let out = run_expect(
+            lab(dir).args(["query", "--run", "run", "--device", "cpu", bad]),
+            2,
+        );
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(err.trim_end().lines().count(), 1, "{err}");
+        assert!(err.contains("U V [ I… ] [ X… ]"), "`{bad}`: {err}");
+    }
+    let out = run_expect(
+        lab(dir).args([
+            "query",
+            "--run",
+            "run",
+            "--device",
+            "cpu",
+            "AA AB [ ] [ ]",
+            "--samples",
+            "3",
+        ]),
+        0,
+    );
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        text.contains("answer 3:") && text.contains("reference"),
+        "{text}"
+    );
+}

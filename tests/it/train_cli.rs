@@ -1,0 +1,349 @@
+//! `lab train` through the real binary: bit-identical resume, `kill -9` and resume, a NaN stop
+//! that keeps the last good checkpoint, TensorBoard files that TensorBoard reads, and a clear
+//! one-line error for each kind of bad input.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+
+use crate::util::{lab, run_expect, write_config};
+
+/// A micro world and model: a few thousand examples, two layers of width 32.
+pub const MICRO: &str = r#"name = "micro"
+[graph]
+node_len = 2
+[data]
+eval_hops = [1, 2, 3]
+base_paths_per_hop = 5
+levels = 3
+n_explore = 600
+[model]
+n_layer = 2
+n_embd = 32
+n_head = 2
+[train]
+batch_size = 64
+epochs = 2
+log_every = 1
+checkpoint_every = 10
+lr = 3e-3
+"#;
+
+fn micro(dir: &Path, extra: &str) -> PathBuf {
+    write_config(dir, "micro.toml", &format!("{MICRO}{extra}"))
+}
+
+/// `lab train --config CFG --out OUT ARGS` in `dir`, on the CPU unless ARGS name a device.
+fn train(dir: &Path, cfg: &Path, out: &str, args: &[&str], code: i32) -> std::process::Output {
+    let mut c = lab(dir);
+    c.args(["train", "--config"])
+        .arg(cfg)
+        .args(["--out", out])
+        .args(args);
+    if !args.contains(&"--device") {
+        c.args(["--device", "cpu"]);
+    }
+    run_expect(&mut c, code)
+}
+
+/// Every metrics line, without the wall-clock figure that differs between runs.
+fn metrics(run: &Path) -> Vec<Value> {
+    std::fs::read_to_string(run.join("metrics.jsonl"))
+        .unwrap()
+        .lines()
+        .map(|l| {
+            let mut v: Value = serde_json::from_str(l).unwrap();
+            v.as_object_mut().unwrap().remove("train/tokens_per_s");
+            v
+        })
+        .collect()
+}
+
+#[test]
+fn resume_is_bit_identical() {
+    let tmp = tempfile::tempdir().unwrap();
+    let cfg = micro(tmp.path(), "");
+    train(tmp.path(), &cfg, "straight", &["--max-steps", "24"], 0);
+    train(tmp.path(), &cfg, "split", &["--max-steps", "12"], 0);
+    train(
+        tmp.path(),
+        &cfg,
+        "split",
+        &["--resume", "--max-steps", "24"],
+        0,
+    );
+    let (a, b) = (
+        metrics(&tmp.path().join("straight")),
+        metrics(&tmp.path().join("split")),
+    );
+    assert_eq!(a.len(), 24);
+    assert_eq!(
+        a, b,
+        "2N steps straight == N steps, stop, resume, N steps (to the bit)"
+    );
+    let model = |d: &str| std::fs::read(tmp.path().join(d).join("model.safetensors")).unwrap();
+    assert!(model("straight") == model("split"), "identical weights");
+}
+
+#[test]
+fn kill_dash_nine_then_resume_matches_an_uninterrupted_run() {
+    let tmp = tempfile::tempdir().unwrap();
+    let cfg = micro(tmp.path(), "");
+    train(tmp.path(), &cfg, "straight", &[], 0);
+    let run = tmp.path().join("killed");
+    let mut child = Command::new(env!("CARGO_BIN_EXE_lab"))
+        .current_dir(tmp.path())
+        .args(["train", "--device", "cpu", "--config"])
+        .arg(&cfg)
+        .args(["--out", "killed"])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    // Wait until it is past a mid-epoch checkpoint and still in the first epoch.
+    let start = Instant::now();
+    loop {
+        let steps = std::fs::read_to_string(run.join("metrics.jsonl"))
+            .map(|t| t.lines().count())
+            .unwrap_or(0);
+        if steps >= 25 {
+            break;
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(120),
+            "training did not start"
+        );
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    Command::new("kill")
+        .args(["-9", &child.id().to_string()])
+        .status()
+        .unwrap();
+    child.wait().unwrap();
+    assert!(!run.join("DONE").exists(), "killed before the end");
+    let state: Value =
+        serde_json::from_str(&std::fs::read_to_string(run.join("trainer_state.json")).unwrap())
+            .unwrap();
+    assert!(
+        state["step"].as_u64().unwrap() >= 20,
+        "a mid-epoch checkpoint survived: {state}"
+    );
+    train(tmp.path(), &cfg, "killed", &["--resume"], 0);
+    assert!(run.join("DONE").exists());
+    assert_eq!(
+        metrics(&tmp.path().join("straight")),
+        metrics(&run),
+        "same metrics as uninterrupted"
+    );
+}
+
+#[test]
+fn nan_loss_stops_and_keeps_the_last_good_checkpoint() {
+    let tmp = tempfile::tempdir().unwrap();
+    let cfg = micro(tmp.path(), "").with_file_name("nan.toml");
+    std::fs::write(
+        &cfg,
+        MICRO
+            .replace("lr = 3e-3", "lr = 1e30")
+            .replace("checkpoint_every = 10", "checkpoint_every = 1"),
+    )
+    .unwrap();
+    let out = train(tmp.path(), &cfg, "nan", &[], 2);
+    let err = String::from_utf8_lossy(&out.stderr);
+    let last = err.trim_end().lines().last().unwrap();
+    assert!(
+        last.contains("the training loss is") && last.contains("last good checkpoint"),
+        "{err}"
+    );
+    let state: Value = serde_json::from_str(
+        &std::fs::read_to_string(tmp.path().join("nan/trainer_state.json")).unwrap(),
+    )
+    .unwrap();
+    let step = state["step"].as_u64().unwrap();
+    assert!(step >= 1, "{state}");
+    let losses: Vec<f64> = metrics(&tmp.path().join("nan"))
+        .iter()
+        .filter_map(|m| m["train/loss"].as_f64())
+        .collect();
+    assert!(
+        losses.iter().all(|l| l.is_finite()),
+        "only good steps are logged: {losses:?}"
+    );
+}
+
+#[test]
+fn tensorboard_reads_our_event_files() {
+    let tmp = tempfile::tempdir().unwrap();
+    let cfg = micro(tmp.path(), "");
+    train(tmp.path(), &cfg, "run", &["--max-steps", "12"], 0);
+    let script = r#"
+import json, sys
+from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+acc = EventAccumulator(sys.argv[1] + "/tb")
+acc.Reload()
+tags = acc.Tags()["scalars"]
+print(json.dumps({t: [[e.step, e.value] for e in acc.Scalars(t)] for t in tags}))
+"#;
+    let out = Command::new("python3")
+        .args(["-c", script])
+        .arg(tmp.path().join("run"))
+        .output()
+        .expect("python3 with tensorboard (CI installs it)");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let tb: serde_json::Map<String, Value> = serde_json::from_slice(&out.stdout).unwrap();
+    let lines = metrics(&tmp.path().join("run"));
+    for tag in [
+        "train/loss",
+        "train/lr",
+        "train/grad_norm",
+        "train/tokens_per_s",
+    ] {
+        let events = tb[tag]
+            .as_array()
+            .unwrap_or_else(|| panic!("no {tag} in TensorBoard"));
+        assert_eq!(events.len(), 12, "{tag}");
+        if tag != "train/tokens_per_s" {
+            for (e, l) in events.iter().zip(&lines) {
+                assert_eq!(e[0].as_u64(), l["step"].as_u64());
+                let (a, b) = (e[1].as_f64().unwrap(), l[tag].as_f64().unwrap());
+                assert!(
+                    (a - b).abs() <= 1e-6 * b.abs().max(1.0),
+                    "{tag}: {a} vs {b}"
+                );
+            }
+        }
+    }
+}
+
+/// `lab train` with `extra` appended to the micro config: exit 2, one line naming `what`.
+fn bad_train(cfg_text: &str, args: &[&str], needles: &[&str]) {
+    let tmp = tempfile::tempdir().unwrap();
+    let cfg = write_config(tmp.path(), "bad.toml", cfg_text);
+    let out = train(tmp.path(), &cfg, "run", args, 2);
+    let err = String::from_utf8_lossy(&out.stderr);
+    let lines: Vec<&str> = err
+        .lines()
+        .filter(|l| !l.starts_with("training "))
+        .collect();
+    assert_eq!(lines.len(), 1, "one line: {err}");
+    for n in needles {
+        assert!(lines[0].contains(n), "`{n}` missing from: {err}");
+    }
+}
+
+#[test]
+fn bad_heads_do_not_divide_width() {
+    bad_train(
+        &MICRO.replace("n_head = 2", "n_head = 3"),
+        &[],
+        &["bad.toml", "model.n_embd", "multiple of model.n_head (3)"],
+    );
+}
+
+#[test]
+fn bad_learning_rate() {
+    bad_train(
+        &MICRO.replace("lr = 3e-3", "lr = 0.0"),
+        &[],
+        &["bad.toml", "train.lr", "positive"],
+    );
+    bad_train(
+        &MICRO.replace("lr = 3e-3", "lr = -1e-3"),
+        &[],
+        &["bad.toml", "train.lr", "positive"],
+    );
+}
+
+#[test]
+fn bad_zero_epochs() {
+    bad_train(
+        &MICRO.replace("epochs = 2", "epochs = 0"),
+        &[],
+        &["bad.toml", "train.epochs", "at least 1"],
+    );
+}
+
+#[test]
+fn bad_unknown_train_key() {
+    bad_train(
+        &MICRO.replace("epochs = 2", "epochs = 2\nwarmup = 3"),
+        &[],
+        &["bad.toml", "train.warmup", "unknown field"],
+    );
+}
+
+#[test]
+fn bad_resume_without_checkpoint() {
+    bad_train(MICRO, &["--resume"], &["run", "no checkpoint to resume"]);
+}
+
+#[test]
+fn bad_resume_from_corrupt_checkpoint() {
+    let tmp = tempfile::tempdir().unwrap();
+    let cfg = micro(tmp.path(), "");
+    train(tmp.path(), &cfg, "run", &["--max-steps", "3"], 0);
+    let model = std::fs::canonicalize(tmp.path().join("run/model.safetensors")).unwrap();
+    let bytes = std::fs::read(&model).unwrap();
+    std::fs::write(&model, &bytes[..bytes.len() / 2]).unwrap();
+    let out = train(tmp.path(), &cfg, "run", &["--resume"], 2);
+    let err = String::from_utf8_lossy(&out.stderr);
+    let lines: Vec<&str> = err
+        .lines()
+        .filter(|l| !l.starts_with("training "))
+        .collect();
+    assert_eq!(lines.len(), 1, "{err}");
+    assert!(
+        lines[0].contains("model.safetensors")
+            && lines[0].contains("not a readable safetensors file"),
+        "{err}"
+    );
+}
+
+#[test]
+fn bad_run_dir_of_another_config() {
+    let tmp = tempfile::tempdir().unwrap();
+    let cfg = micro(tmp.path(), "");
+    train(tmp.path(), &cfg, "run", &["--max-steps", "2"], 0);
+    let other = write_config(
+        tmp.path(),
+        "other.toml",
+        &MICRO.replace("lr = 3e-3", "lr = 1e-3"),
+    );
+    let out = train(tmp.path(), &other, "run", &["--resume"], 2);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("made by a different config") && err.contains("other.toml"),
+        "{err}"
+    );
+    // Nothing of the first run was lost.
+    assert_eq!(metrics(&tmp.path().join("run")).len(), 2);
+}
+
+#[test]
+fn bad_unwritable_run_dir() {
+    let tmp = tempfile::tempdir().unwrap();
+    std::fs::write(tmp.path().join("file"), "x").unwrap();
+    let cfg = micro(tmp.path(), "");
+    let out = train(tmp.path(), &cfg, "file/run", &[], 2);
+    let err = String::from_utf8_lossy(&out.stderr);
+    let lines: Vec<&str> = err
+        .lines()
+        .filter(|l| !l.starts_with("training "))
+        .collect();
+    assert_eq!(lines.len(), 1, "{err}");
+    assert!(
+        lines[0].contains("file/run") && lines[0].contains("cannot create directory"),
+        "{err}"
+    );
+}
+
+#[test]
+fn bad_device() {
+    bad_train(MICRO, &["--device", "tpu"], &["--device", "`tpu`"]);
+}
