@@ -209,7 +209,9 @@ impl KvCache {
         }
         let mut out = vec![0f32; self.active.len() * t * e];
         let mut outs: Vec<Option<&mut [f32]>> = out.chunks_mut(t * e).map(Some).collect();
-        let work: Vec<(usize, &mut [f32], &mut [f32], &mut [f32])> = ks[layer]
+        // (cache row, its keys, its values, its output rows)
+        type RowWork<'b> = (usize, &'b mut [f32], &'b mut [f32], &'b mut [f32]);
+        let work: Vec<RowWork> = ks[layer]
             .chunks_mut(cap * e)
             .zip(vs[layer].chunks_mut(cap * e))
             .enumerate()
