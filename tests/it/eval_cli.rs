@@ -33,6 +33,7 @@ fn trained() -> &'static Path {
 }
 
 /// Decode one prompt by recomputing the whole prefix at every step (no cache).
+#[allow(clippy::too_many_arguments)]
 fn recompute(
     model: &Gpt,
     prompt: &[u32],
