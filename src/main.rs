@@ -7,6 +7,7 @@ use clap::Parser;
 
 fn main() -> ExitCode {
     keep_freed_memory();
+    single_threaded_candle_elementwise();
     let args = lab::cli::Cli::parse();
     match lab::cli::run(args) {
         Ok(code) => code,
@@ -25,5 +26,17 @@ fn keep_freed_memory() {
     unsafe {
         libc::mallopt(libc::M_MMAP_MAX, 0);
         libc::mallopt(libc::M_TRIM_THRESHOLD, i32::MAX);
+    }
+}
+
+/// candle runs its elementwise ops on a pool of spinning threads of its own, which on a
+/// 2-core machine fights the rayon threads that run gemm and the fused kernels: measured as
+/// 39% of a small model's training time spent spinning. The lab's heavy work runs in its own
+/// kernels, so candle's remaining elementwise ops run on the calling thread instead.
+/// CANDLE_NUM_THREADS, when set, still wins.
+fn single_threaded_candle_elementwise() {
+    if std::env::var_os("CANDLE_NUM_THREADS").is_none() {
+        // SAFETY: called first thing in main, before any other thread exists.
+        unsafe { std::env::set_var("CANDLE_NUM_THREADS", "1") };
     }
 }

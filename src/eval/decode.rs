@@ -4,8 +4,10 @@
 use anyhow::Result;
 use candle_core::Tensor;
 use rand::Rng;
+use rand_chacha::ChaCha8Rng;
+use rayon::prelude::*;
 
-use crate::model::Gpt;
+use crate::model::{Gpt, fastmath};
 use crate::rng::{Purpose, stream};
 use crate::tokenizer::{EOS, PAD};
 
@@ -42,22 +44,14 @@ pub struct Decoder<'a> {
 }
 
 /// The random stream of sample `k` of prompt `id`.
-pub fn sample_stream(seed: u64, id: u64, k: usize) -> rand_chacha::ChaCha8Rng {
+pub fn sample_stream(seed: u64, id: u64, k: usize) -> ChaCha8Rng {
     stream(seed, Purpose::Sampling, id << 16 | k as u64)
 }
 
 /// Choose a token from one row of logits: argmax, or a draw after temperature, top-k, top-p.
-pub fn choose(logits: &[f32], decode: Decode, rng: &mut rand_chacha::ChaCha8Rng) -> u32 {
+pub fn choose(logits: &[f32], decode: Decode, rng: &mut ChaCha8Rng) -> u32 {
     match decode {
-        Decode::Greedy => {
-            let mut best = 0;
-            for (i, &z) in logits.iter().enumerate() {
-                if z > logits[best] {
-                    best = i;
-                }
-            }
-            best as u32
-        }
+        Decode::Greedy => fastmath::argmax(logits) as u32,
         Decode::Sample {
             temperature,
             top_k,
@@ -131,42 +125,22 @@ impl Decoder<'_> {
             &Tensor::from_vec(pos, (n, width), device)?,
             &mut cache,
         )?;
-        let last = Tensor::from_vec(
-            (0..n as u32)
-                .map(|r| r * width as u32 + width as u32 - 1)
-                .collect::<Vec<_>>(),
-            n,
-            device,
-        )?;
-        let mut logits = self.logits(&h.index_select(&last, 0)?)?;
+        // The last prompt position of each row, once per sample: the samples share the prefill.
+        let last: Vec<u32> = (0..(n * k) as u32).map(|r| (r / k as u32 + 1) * width as u32 - 1).collect();
+        let mut h = h.index_select(&Tensor::from_vec(last, n * k, device)?, 0)?;
         if k > 1 {
             cache.repeat_rows(k)?;
-            logits = logits
-                .chunks(self.n_tokens)
-                .flat_map(|row| std::iter::repeat_n(row, k).flatten().copied())
-                .collect();
         }
         let rows = n * k;
-        let mut rngs: Vec<_> = (0..rows)
-            .map(|r| sample_stream(self.seed, ids[r / k], r % k))
-            .collect();
-        let mut gens = vec![
-            Generated {
-                tokens: Vec::new(),
-                finished: false
-            };
-            rows
-        ];
+        let mut rngs: Vec<_> = (0..rows).map(|r| sample_stream(self.seed, ids[r / k], r % k)).collect();
+        let mut gens = vec![Generated { tokens: Vec::new(), finished: false }; rows];
         let mut active: Vec<usize> = (0..rows).collect();
+        let mut logits = Vec::new();
         for step in 0..self.budget {
+            let chosen = self.next_tokens(&h, &active, &mut rngs, &mut logits)?;
             let mut next = Vec::with_capacity(active.len());
             let mut still = Vec::with_capacity(active.len());
-            for (b, &r) in active.iter().enumerate() {
-                let t = choose(
-                    &logits[b * self.n_tokens..][..self.n_tokens],
-                    self.decode,
-                    &mut rngs[r],
-                );
+            for (&r, &t) in active.iter().zip(&chosen) {
                 if t == EOS {
                     gens[r].finished = true;
                 } else {
@@ -180,30 +154,37 @@ impl Decoder<'_> {
                 break;
             }
             let a = active.len();
-            let pos: Vec<u32> = active
-                .iter()
-                .map(|&r| (prompts[r / k].len() + step) as u32)
-                .collect();
+            let pos: Vec<u32> = active.iter().map(|&r| (prompts[r / k].len() + step) as u32).collect();
             cache.set_active(active.clone());
-            let h = model.hidden_cached(
+            h = model.hidden_cached(
                 &Tensor::from_vec(next, (a, 1), device)?,
                 &Tensor::from_vec(pos, (a, 1), device)?,
                 &mut cache,
             )?;
-            logits = self.logits(&h)?;
         }
         Ok(gens.chunks(k).map(|c| c.to_vec()).collect())
     }
 
-    /// Logits of hidden rows over the real vocabulary, flattened row after row.
-    fn logits(&self, h: &Tensor) -> Result<Vec<f32>> {
-        Ok(self
-            .model
-            .logits(h)?
-            .narrow(1, 0, self.n_tokens)?
-            .contiguous()?
-            .flatten_all()?
-            .to_vec1()?)
+    /// The next token of each active row (ascending row order) from its hidden state: the head
+    /// at these rows only, then each row's choice over the real vocabulary, rows in parallel.
+    fn next_tokens(
+        &self,
+        h: &Tensor,
+        active: &[usize],
+        rngs: &mut [ChaCha8Rng],
+        logits: &mut Vec<f32>,
+    ) -> Result<Vec<u32>> {
+        self.model.logits_into(h, logits)?;
+        let v = self.model.cfg.vocab_size;
+        let mut is_active = vec![false; rngs.len()];
+        active.iter().for_each(|&r| is_active[r] = true);
+        let rows: Vec<&mut ChaCha8Rng> =
+            rngs.iter_mut().enumerate().filter(|(r, _)| is_active[*r]).map(|(_, g)| g).collect();
+        Ok(logits
+            .par_chunks(v)
+            .zip(rows)
+            .map(|(row, rng)| choose(&row[..self.n_tokens], self.decode, rng))
+            .collect())
     }
 }
 

@@ -93,6 +93,13 @@ pub fn max(a: &[f32]) -> f32 {
     acc.iter().copied().fold(tail, f32::max)
 }
 
+/// The index of the first maximum (0 for an empty slice): a vectorized max, then a search.
+#[inline]
+pub fn argmax(a: &[f32]) -> usize {
+    let m = max(a);
+    a.iter().position(|&x| x == m).unwrap_or(0)
+}
+
 /// Softmax of a row in place; returns (max, Σ exp(z − max)) for the log-sum-exp.
 #[inline]
 pub fn softmax_in_place(row: &mut [f32]) -> (f32, f32) {
@@ -132,6 +139,8 @@ mod tests {
         assert!((dot(&a, &b) - naive_dot).abs() < 1e-3);
         assert_eq!(sum(&b), b.iter().sum::<f32>());
         assert_eq!(max(&a), 9.5);
+        assert_eq!(argmax(&a), 36);
+        assert_eq!(argmax(&[1.0, 3.0, 3.0, -2.0]), 1);
         let mut row = vec![1.0f32, 2.0, 3.0];
         let (m, s) = softmax_in_place(&mut row);
         assert_eq!(m, 3.0);

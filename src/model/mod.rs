@@ -479,6 +479,22 @@ impl Gpt {
         hidden_rows.matmul(&self.wte.t()?)
     }
 
+    /// The same logits, row after row, into a buffer reused across decoding steps (on the
+    /// CPU one gemm straight into it: no allocation, no zeroing, no copy).
+    pub fn logits_into(&self, hidden_rows: &Tensor, out: &mut Vec<f32>) -> Result<()> {
+        let (n, e) = hidden_rows.dims2()?;
+        let v = self.cfg.vocab_size;
+        if self.device().is_cpu() {
+            let h = hidden_rows.contiguous()?;
+            out.resize(n * v, 0.0);
+            return ops::with_host_f32(&h, |h| {
+                ops::with_host_f32(&self.wte, |w| ops::sgemm(n, v, e, out, false, h, e, 1, w, 1, e, true))
+            })?;
+        }
+        *out = self.logits(hidden_rows)?.flatten_all()?.to_vec1()?;
+        Ok(())
+    }
+
     /// A KV cache for decoding `pad.len()` rows of at most `cap` positions, the first `pad[r]`
     /// of row r being left padding; in host memory when the fused kernels run.
     pub fn kv_cache(&self, pad: Vec<usize>, cap: usize) -> KvCache {

@@ -22,6 +22,15 @@ fn f32s<'a>(s: &'a CpuStorage, l: &Layout, op: &str) -> Result<&'a [f32]> {
     }
 }
 
+/// Run `f` on the contiguous f32 data of a CPU tensor without copying it.
+pub fn with_host_f32<R>(t: &Tensor, f: impl FnOnce(&[f32]) -> R) -> Result<R> {
+    let (storage, layout) = t.storage_and_layout();
+    match (&*storage, layout.contiguous_offsets()) {
+        (candle_core::Storage::Cpu(c), Some((a, b))) => Ok(f(&c.as_slice::<f32>()?[a..b])),
+        _ => bail!("expected a contiguous f32 tensor in host memory"),
+    }
+}
+
 fn u32s<'a>(s: &'a CpuStorage, l: &Layout, op: &str) -> Result<&'a [u32]> {
     match (s, l.contiguous_offsets()) {
         (CpuStorage::U32(v), Some((a, b))) => Ok(&v[a..b]),

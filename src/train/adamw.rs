@@ -6,6 +6,8 @@ use std::collections::HashMap;
 use std::sync::Mutex;
 
 use candle_core::backprop::GradStore;
+use rayon::prelude::*;
+
 use candle_core::{CpuStorage, DType, InplaceOp2, Layout, Result, Tensor, Var, bail};
 
 use crate::config::TrainConfig;
@@ -93,13 +95,19 @@ impl InplaceOp2 for InPlace<'_> {
         let mut guard = self.moments.lock().expect("moments lock");
         let (m, v) = &mut *guard;
         let u = self.u;
-        for i in 0..p.len() {
-            let gi = g[i] * u.clip;
-            m[i] = u.beta1 * m[i] + (1.0 - u.beta1) * gi;
-            v[i] = u.beta2 * v[i] + (1.0 - u.beta2) * gi * gi;
-            p[i] *= 1.0 - u.lr * u.decay;
-            p[i] -= u.step_size * m[i] / (v[i].sqrt() / u.bc2_sqrt + u.eps);
-        }
+        const CHUNK: usize = 1 << 14;
+        p.par_chunks_mut(CHUNK)
+            .zip(m.par_chunks_mut(CHUNK))
+            .zip(v.par_chunks_mut(CHUNK).zip(g.par_chunks(CHUNK)))
+            .for_each(|((p, m), (v, g))| {
+                for i in 0..p.len() {
+                    let gi = g[i] * u.clip;
+                    m[i] = u.beta1 * m[i] + (1.0 - u.beta1) * gi;
+                    v[i] = u.beta2 * v[i] + (1.0 - u.beta2) * gi * gi;
+                    p[i] *= 1.0 - u.lr * u.decay;
+                    p[i] -= u.step_size * m[i] / (v[i].sqrt() / u.bc2_sqrt + u.eps);
+                }
+            });
         Ok(())
     }
 }
