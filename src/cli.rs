@@ -494,5 +494,10 @@ fn train_summary(o: &run::Outcome) -> String {
     if let Some(v) = o.val_loss {
         out += &format!("  val/loss: {v:.4}\n");
     }
+    if let Ok(text) = std::fs::read_to_string(o.run_dir.join("eval").join(format!("epoch-{:02}.summary.json", s.epoch)))
+        && let Ok(summary) = serde_json::from_str::<eval::summary::Summary>(&text)
+    {
+        out += &eval::report(&format!("  evaluation after epoch {}:", s.epoch), &summary);
+    }
     out
 }

@@ -4,6 +4,7 @@ mod util;
 
 mod data_cli;
 mod data_props;
+mod e2e;
 mod eval_cli;
 mod eval_score;
 mod parity;
