@@ -94,6 +94,17 @@ pub enum Command {
         #[arg(long)]
         out: Option<PathBuf>,
     },
+    /// Sweeps of many runs: plan, run (locally or on Slurm), status, collect.
+    #[command(subcommand)]
+    Sweep(SweepCommand),
+    /// The paper's figures (SVG and PNG, with their CSVs and report.md) from a sweep.
+    Report {
+        /// A sweep directory (checkpoints/<sweep>) or its results.csv.
+        input: PathBuf,
+        /// Where to write [default: <sweep dir>/report].
+        #[arg(long)]
+        out: Option<PathBuf>,
+    },
     /// Ask a trained model one query and check its answers.
     Query {
         /// The run directory.
@@ -109,6 +120,49 @@ pub enum Command {
         #[arg(long, default_value = "auto")]
         device: String,
     },
+}
+
+#[derive(Subcommand, Debug)]
+pub enum SweepCommand {
+    /// Resolve the runs, build their data, write the plan and print it.
+    Plan { spec: PathBuf },
+    /// Run every run that is not DONE; partial runs resume.
+    Run {
+        spec: PathBuf,
+        #[arg(long, value_parser = ["local", "slurm"])]
+        backend: String,
+        /// Local backend: runs at a time (the cores are shared among them).
+        #[arg(long, default_value_t = 1)]
+        jobs: usize,
+        /// Slurm: the partition.
+        #[arg(long)]
+        partition: Option<String>,
+        /// Slurm: generic resources per task, for example gpu:1.
+        #[arg(long)]
+        gres: Option<String>,
+        /// Slurm: the time limit per task, for example 04:00:00.
+        #[arg(long)]
+        time: Option<String>,
+        /// Slurm: tasks running at once (%N of --array).
+        #[arg(long)]
+        array_parallelism: Option<usize>,
+        /// Slurm: the account to charge.
+        #[arg(long)]
+        account: Option<String>,
+        /// Slurm: one more sbatch option, repeatable (for example --sbatch-arg=--qos=high).
+        #[arg(long, allow_hyphen_values = true)]
+        sbatch_arg: Vec<String>,
+        /// Slurm: seconds before the time limit at which tasks checkpoint and requeue.
+        #[arg(long, default_value_t = 300)]
+        signal_secs: u32,
+        /// The device each run trains on.
+        #[arg(long, default_value = "auto")]
+        device: String,
+    },
+    /// Each run as pending, running, done or failed.
+    Status { spec: PathBuf },
+    /// Write results.csv: one row per run per evaluated epoch.
+    Collect { spec: PathBuf },
 }
 
 /// Sampling flags shared by `lab eval` and `lab query`.
@@ -229,6 +283,11 @@ pub fn run(cli: Cli) -> Result<ExitCode> {
                 return Ok(ExitCode::from(EXIT_INTERRUPTED));
             }
         }
+        Command::Sweep(cmd) => return run_sweep(cmd),
+        Command::Report { input, out } => {
+            let r = crate::report::write(&input, out.as_deref())?;
+            println!("{}", r.display());
+        }
         Command::Eval {
             run,
             epoch,
@@ -250,6 +309,126 @@ pub fn run(cli: Cli) -> Result<ExitCode> {
             sampling,
             device,
         } => run_query(&run, &query, epoch, &sampling, &device)?,
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+fn run_sweep(cmd: SweepCommand) -> Result<ExitCode> {
+    use crate::sweep::{self, State, Sweep};
+    match cmd {
+        SweepCommand::Plan { spec } => {
+            let s = Sweep::load(&spec)?;
+            let plan = s.plan()?;
+            print!("{}", sweep::plan_table(&plan));
+            println!(
+                "{} runs; plan written to {}",
+                plan.len(),
+                s.dir.join("plan.json").display()
+            );
+        }
+        SweepCommand::Run {
+            spec,
+            backend,
+            jobs,
+            partition,
+            gres,
+            time,
+            array_parallelism,
+            account,
+            sbatch_arg,
+            signal_secs,
+            device,
+        } => {
+            let s = Sweep::load(&spec)?;
+            let plan = s.plan()?;
+            if backend == "local" {
+                let t = sweep::local::run(&plan, jobs, &device)?;
+                println!(
+                    "{}: {} runs done in this call, {} failed, {} interrupted; `lab sweep status {}` for all",
+                    s.spec.name,
+                    t.done.len(),
+                    t.failed.len(),
+                    t.interrupted.len(),
+                    spec.display()
+                );
+                if !t.failed.is_empty() {
+                    return Ok(ExitCode::from(1));
+                }
+            } else {
+                let o = sweep::slurm::Options {
+                    partition,
+                    gres,
+                    time,
+                    array_parallelism,
+                    account,
+                    sbatch_args: sbatch_arg,
+                    signal_secs,
+                    device,
+                };
+                match sweep::slurm::submit(&s, &plan, &o)? {
+                    None => println!("{}: every run is DONE; nothing to submit", s.spec.name),
+                    Some(sub) => {
+                        println!(
+                            "submitted {} runs as job array {} ({})",
+                            sub.tasks,
+                            sub.array_job,
+                            sub.script.display()
+                        );
+                        println!("collect job {} runs after it (afterany)", sub.collect_job);
+                        println!(
+                            "watch: squeue -j {},{}   |   lab sweep status {}",
+                            sub.array_job,
+                            sub.collect_job,
+                            spec.display()
+                        );
+                        println!(
+                            "logs:  {}/logs/ and each run's train.log",
+                            sub.dir.display()
+                        );
+                    }
+                }
+            }
+        }
+        SweepCommand::Status { spec } => {
+            let s = Sweep::load(&spec)?;
+            let squeue = sweep::squeue_jobs();
+            let mut counts = std::collections::BTreeMap::new();
+            for p in &s.spec.runs {
+                let dir = s.run_dir(&p.name);
+                let st = sweep::state(&dir, &squeue);
+                *counts.entry(st.label()).or_insert(0) += 1;
+                let detail = match &st {
+                    State::Done => String::new(),
+                    State::Running(who) => who.clone(),
+                    State::Pending { step } => {
+                        if *step > 0 {
+                            format!("checkpoint at step {step}")
+                        } else {
+                            String::new()
+                        }
+                    }
+                    State::Failed { log, error } => format!("{}: {error}", log.display()),
+                };
+                println!("{:8} {}  {detail}", st.label(), p.name);
+            }
+            let summary: Vec<String> = counts.iter().map(|(k, v)| format!("{v} {k}")).collect();
+            println!("{}: {}", s.spec.name, summary.join(", "));
+        }
+        SweepCommand::Collect { spec } => {
+            let s = Sweep::load(&spec)?;
+            let plan = s.plan()?;
+            let c = sweep::collect::collect(&s, &plan)?;
+            for (run, why) in &c.left_out {
+                eprintln!("left out {run}: {why}");
+            }
+            println!(
+                "{}: {} rows from {} runs ({} left out)",
+                c.path.display(),
+                c.rows,
+                plan.len() - c.left_out.len(),
+                c.left_out.len()
+            );
+        }
     }
     Ok(ExitCode::SUCCESS)
 }
@@ -494,8 +673,11 @@ fn train_summary(o: &run::Outcome) -> String {
     if let Some(v) = o.val_loss {
         out += &format!("  val/loss: {v:.4}\n");
     }
-    if let Ok(text) = std::fs::read_to_string(o.run_dir.join("eval").join(format!("epoch-{:02}.summary.json", s.epoch)))
-        && let Ok(summary) = serde_json::from_str::<eval::summary::Summary>(&text)
+    if let Ok(text) = std::fs::read_to_string(
+        o.run_dir
+            .join("eval")
+            .join(format!("epoch-{:02}.summary.json", s.epoch)),
+    ) && let Ok(summary) = serde_json::from_str::<eval::summary::Summary>(&text)
     {
         out += &eval::report(&format!("  evaluation after epoch {}:", s.epoch), &summary);
     }

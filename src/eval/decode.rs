@@ -126,14 +126,24 @@ impl Decoder<'_> {
             &mut cache,
         )?;
         // The last prompt position of each row, once per sample: the samples share the prefill.
-        let last: Vec<u32> = (0..(n * k) as u32).map(|r| (r / k as u32 + 1) * width as u32 - 1).collect();
+        let last: Vec<u32> = (0..(n * k) as u32)
+            .map(|r| (r / k as u32 + 1) * width as u32 - 1)
+            .collect();
         let mut h = h.index_select(&Tensor::from_vec(last, n * k, device)?, 0)?;
         if k > 1 {
             cache.repeat_rows(k)?;
         }
         let rows = n * k;
-        let mut rngs: Vec<_> = (0..rows).map(|r| sample_stream(self.seed, ids[r / k], r % k)).collect();
-        let mut gens = vec![Generated { tokens: Vec::new(), finished: false }; rows];
+        let mut rngs: Vec<_> = (0..rows)
+            .map(|r| sample_stream(self.seed, ids[r / k], r % k))
+            .collect();
+        let mut gens = vec![
+            Generated {
+                tokens: Vec::new(),
+                finished: false
+            };
+            rows
+        ];
         let mut active: Vec<usize> = (0..rows).collect();
         let mut logits = Vec::new();
         for step in 0..self.budget {
@@ -154,7 +164,10 @@ impl Decoder<'_> {
                 break;
             }
             let a = active.len();
-            let pos: Vec<u32> = active.iter().map(|&r| (prompts[r / k].len() + step) as u32).collect();
+            let pos: Vec<u32> = active
+                .iter()
+                .map(|&r| (prompts[r / k].len() + step) as u32)
+                .collect();
             cache.set_active(active.clone());
             h = model.hidden_cached(
                 &Tensor::from_vec(next, (a, 1), device)?,
@@ -178,8 +191,12 @@ impl Decoder<'_> {
         let v = self.model.cfg.vocab_size;
         let mut is_active = vec![false; rngs.len()];
         active.iter().for_each(|&r| is_active[r] = true);
-        let rows: Vec<&mut ChaCha8Rng> =
-            rngs.iter_mut().enumerate().filter(|(r, _)| is_active[*r]).map(|(_, g)| g).collect();
+        let rows: Vec<&mut ChaCha8Rng> = rngs
+            .iter_mut()
+            .enumerate()
+            .filter(|(r, _)| is_active[*r])
+            .map(|(_, g)| g)
+            .collect();
         Ok(logits
             .par_chunks(v)
             .zip(rows)

@@ -488,7 +488,9 @@ impl Gpt {
             let h = hidden_rows.contiguous()?;
             out.resize(n * v, 0.0);
             return ops::with_host_f32(&h, |h| {
-                ops::with_host_f32(&self.wte, |w| ops::sgemm(n, v, e, out, false, h, e, 1, w, 1, e, true))
+                ops::with_host_f32(&self.wte, |w| {
+                    ops::sgemm(n, v, e, out, false, h, e, 1, w, 1, e, true)
+                })
             })?;
         }
         *out = self.logits(hidden_rows)?.flatten_all()?.to_vec1()?;

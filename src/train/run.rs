@@ -18,6 +18,7 @@ use crate::progress;
 use crate::train::adamw::{AdamW, Hyper};
 use crate::train::batch::{self, Batch};
 use crate::train::checkpoint::{self, MODEL, OPTIMIZER, TrainerState};
+use crate::train::markers;
 use crate::train::metrics::Metrics;
 use crate::train::schedule::Schedule;
 use crate::train::tokens::{self, Sequences};
@@ -162,6 +163,9 @@ impl Loop<'_> {
     }
 }
 
+/// Train as `opts` says. While it runs, the run directory holds a `RUNNING` marker (pid,
+/// host, Slurm ids); an error replaces it with `FAILED` (the error line), so that sweeps can
+/// tell the state of every run from its directory alone.
 pub fn train(opts: Options) -> Result<Outcome> {
     let cfg = &opts.config;
     let data_dir = dataset::default_dir(cfg);
@@ -170,6 +174,23 @@ pub fn train(opts: Options) -> Result<Outcome> {
     let cache = tokens::load_or_build(&data)?;
     let run_dir = opts.out.clone().unwrap_or_else(|| default_run_dir(cfg));
     prepare_run_dir(cfg, &run_dir, opts.resume)?;
+    markers::running(&run_dir)?;
+    let result = train_in(&opts, &data_dir, &data, &cache, run_dir.clone());
+    match &result {
+        Ok(_) => markers::clear(&run_dir),
+        Err(e) => markers::failed(&run_dir, &format!("{e:#}")),
+    }
+    result
+}
+
+fn train_in(
+    opts: &Options,
+    data_dir: &Path,
+    data: &DataDir,
+    cache: &tokens::TokenCache,
+    run_dir: PathBuf,
+) -> Result<Outcome> {
+    let cfg = &opts.config;
 
     let gcfg = GptConfig::new(cfg, data.vocab().n_tokens());
     let b = cfg.train.batch_size as usize;
@@ -177,7 +198,7 @@ pub fn train(opts: Options) -> Result<Outcome> {
     let total_steps = steps_per_epoch * cfg.train.epochs as u64;
     let info = RunInfo {
         run_hash: cfg.run_hash(),
-        data_dir: std::path::absolute(&data_dir)?,
+        data_dir: std::path::absolute(data_dir)?,
         model: gcfg,
         total_params: gcfg.total_params(),
         non_embedding_params: gcfg.non_embedding_params(),

@@ -1,0 +1,363 @@
+//! Reports (SPEC §9): the paper's figures from a sweep's `results.csv`, each as SVG and PNG
+//! with the CSV behind it, and a `report.md` that shows them. Drawing lives in `plot`.
+
+pub mod plot;
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::fmt::Write as _;
+use std::path::{Path, PathBuf};
+
+use anyhow::{Context, Result, bail};
+
+use crate::fsutil::write_atomic;
+use plot::{Figure, Heat, Series, render};
+
+/// One row of results.csv.
+pub struct Row(BTreeMap<String, String>);
+
+impl Row {
+    pub fn get(&self, k: &str) -> &str {
+        self.0.get(k).map(String::as_str).unwrap_or("")
+    }
+
+    pub fn num(&self, k: &str) -> Option<f64> {
+        self.0
+            .get(k)
+            .and_then(|v| v.parse::<f64>().ok())
+            .filter(|v| v.is_finite())
+    }
+}
+
+/// Read a CSV written by `lab sweep collect` (quoted fields allowed).
+pub fn read_csv(path: &Path) -> Result<Vec<Row>> {
+    let text = std::fs::read_to_string(path)
+        .with_context(|| format!("{}: cannot read", path.display()))?;
+    let split = |line: &str| -> Vec<String> {
+        let (mut out, mut cur, mut quoted) = (Vec::new(), String::new(), false);
+        let mut chars = line.chars().peekable();
+        while let Some(c) = chars.next() {
+            match c {
+                '"' if quoted && chars.peek() == Some(&'"') => {
+                    cur.push('"');
+                    chars.next();
+                }
+                '"' => quoted = !quoted,
+                ',' if !quoted => out.push(std::mem::take(&mut cur)),
+                c => cur.push(c),
+            }
+        }
+        out.push(cur);
+        out
+    };
+    let mut lines = text.lines();
+    let header = split(
+        lines
+            .next()
+            .with_context(|| format!("{}: empty", path.display()))?,
+    );
+    Ok(lines
+        .filter(|l| !l.is_empty())
+        .map(|l| Row(header.iter().cloned().zip(split(l)).collect()))
+        .collect())
+}
+
+/// The last evaluated epoch of every run.
+pub fn finals(rows: &[Row]) -> Vec<&Row> {
+    let mut best: BTreeMap<&str, &Row> = BTreeMap::new();
+    for r in rows {
+        let e = r.num("epoch").unwrap_or(0.0);
+        let keep = best
+            .get(r.get("run"))
+            .is_none_or(|b| b.num("epoch").unwrap_or(0.0) < e);
+        if keep {
+            best.insert(r.get("run"), r);
+        }
+    }
+    best.into_values().collect()
+}
+
+fn buckets(rows: &[Row]) -> Vec<String> {
+    let mut b: Vec<(f64, String)> = rows
+        .iter()
+        .map(|r| {
+            (
+                r.num("non_embedding_params").unwrap_or(0.0),
+                r.get("bucket").to_string(),
+            )
+        })
+        .collect();
+    b.sort_by(|x, y| x.0.total_cmp(&y.0));
+    let mut seen = BTreeSet::new();
+    b.into_iter()
+        .filter(|(_, n)| seen.insert(n.clone()))
+        .map(|(_, n)| n)
+        .collect()
+}
+
+/// A heatmap of `value` over categories of `column` (x) and log-binned FLOPs (y).
+fn flops_heatmap(
+    rows: &[&Row],
+    column: &str,
+    fmt: &dyn Fn(f64) -> String,
+    value: &str,
+) -> (Heat, String) {
+    let mut cols: Vec<f64> = rows.iter().filter_map(|r| r.num(column)).collect();
+    cols.sort_by(f64::total_cmp);
+    cols.dedup();
+    let logs: Vec<f64> = rows
+        .iter()
+        .filter_map(|r| r.num("flops"))
+        .filter(|f| *f > 0.0)
+        .map(f64::log10)
+        .collect();
+    let (lo, hi) = logs
+        .iter()
+        .fold((f64::INFINITY, f64::NEG_INFINITY), |(a, b), &x| {
+            (a.min(x), b.max(x))
+        });
+    let epochs: BTreeSet<&str> = rows.iter().map(|r| r.get("epoch")).collect();
+    let nbins = epochs.len().clamp(1, 6);
+    let width = ((hi - lo) / nbins as f64).max(1e-9);
+    let bin = |f: f64| (((f.log10() - lo) / width).floor() as usize).min(nbins - 1);
+    let mut acc: BTreeMap<(usize, usize), (f64, usize)> = BTreeMap::new();
+    for r in rows {
+        let (Some(x), Some(f), Some(v)) = (r.num(column), r.num("flops"), r.num(value)) else {
+            continue;
+        };
+        let xi = cols.iter().position(|c| *c == x).unwrap();
+        let e = acc.entry((xi, bin(f))).or_insert((0.0, 0));
+        e.0 += v;
+        e.1 += 1;
+    }
+    let mut csv = format!("{column},flops_lo,flops_hi,{value},n\n");
+    let cells: Vec<(usize, usize, f64)> = acc
+        .iter()
+        .map(|(&(x, y), &(s, n))| {
+            let (a, b) = (
+                10f64.powf(lo + y as f64 * width),
+                10f64.powf(lo + (y + 1) as f64 * width),
+            );
+            let _ = writeln!(csv, "{},{a:.4e},{b:.4e},{},{n}", cols[x], s / n as f64);
+            (x, y, s / n as f64)
+        })
+        .collect();
+    let heat = Heat {
+        columns: cols.iter().map(|c| fmt(*c)).collect(),
+        rows: (0..nbins)
+            .map(|i| format!("{:.1e}", 10f64.powf(lo + (i as f64 + 0.5) * width)))
+            .collect(),
+        cells,
+    };
+    (heat, csv)
+}
+
+/// Writes figures and their CSVs into `out`, collecting the report's sections.
+struct Writer {
+    out: PathBuf,
+    md: String,
+    figures: Vec<PathBuf>,
+}
+
+impl Writer {
+    fn figure(&mut self, stem: &str, fig: &Figure, csv: &str, what: &str) -> Result<()> {
+        let (svg, png) = render(&self.out.join(stem), fig)?;
+        write_atomic(&self.out.join(format!("{stem}.csv")), csv.as_bytes())?;
+        let _ = writeln!(
+            self.md,
+            "### {what}\n\n![{what}]({stem}.png)\n\n[SVG]({stem}.svg) · [data]({stem}.csv)\n"
+        );
+        self.figures.push(svg);
+        self.figures.push(png);
+        Ok(())
+    }
+}
+
+/// Write the report of a sweep directory or a results.csv; returns the path of report.md.
+pub fn write(input: &Path, out: Option<&Path>) -> Result<PathBuf> {
+    let csv = if input.is_dir() {
+        input.join("results.csv")
+    } else {
+        input.to_path_buf()
+    };
+    if !csv.exists() {
+        bail!(
+            "{}: no results.csv (run `lab sweep collect SPEC` first)",
+            csv.display()
+        );
+    }
+    let rows = read_csv(&csv)?;
+    if rows.is_empty() {
+        bail!(
+            "{}: no rows (no run has an evaluated epoch yet)",
+            csv.display()
+        );
+    }
+    let out = out
+        .map(Path::to_path_buf)
+        .unwrap_or_else(|| csv.parent().unwrap_or(Path::new(".")).join("report"));
+    std::fs::create_dir_all(&out)
+        .with_context(|| format!("{}: cannot create directory", out.display()))?;
+    let mut w = Writer {
+        out: out.clone(),
+        md: format!(
+            "# Report: {}\n\nFrom `{}`: {} rows (runs × evaluated epochs). Creativity C is the mean over eval \
+             queries of utility × novelty (SPEC §6); FLOPs are cumulative training FLOPs (SPEC §5).\n\n",
+            rows[0].get("sweep"),
+            csv.display(),
+            rows.len()
+        ),
+        figures: Vec::new(),
+    };
+    let all_buckets = buckets(&rows);
+    let finals = finals(&rows);
+
+    let _ = writeln!(w.md, "## Creativity across depth and width (Figure 3)\n");
+    for b in &all_buckets {
+        let in_b: Vec<&Row> = rows.iter().filter(|r| r.get("bucket") == b).collect();
+        let (heat, data) =
+            flops_heatmap(&in_b, "n_layer", &|x| format!("{x:.0}"), "eval/creativity");
+        let fig = Figure::Heatmap {
+            title: format!("Creativity by depth, bucket {b}"),
+            x_label: "depth L".into(),
+            y_label: "training FLOPs".into(),
+            value_label: "C".into(),
+            heat,
+        };
+        w.figure(
+            &format!("depth_{b}"),
+            &fig,
+            &data,
+            &format!("Depth heatmap, bucket {b}: mean C by L and FLOPs"),
+        )?;
+        let (heat, data) =
+            flops_heatmap(&in_b, "e_over_l", &|x| format!("{x:.0}"), "eval/creativity");
+        let fig = Figure::Heatmap {
+            title: format!("Creativity by width, bucket {b}"),
+            x_label: "E/L".into(),
+            y_label: "training FLOPs".into(),
+            value_label: "C".into(),
+            heat,
+        };
+        w.figure(
+            &format!("width_{b}"),
+            &fig,
+            &data,
+            &format!("Width heatmap, bucket {b}: mean C by E/L and FLOPs"),
+        )?;
+    }
+
+    let _ = writeln!(w.md, "## The novelty–utility tradeoff (Figure 4)\n");
+    let mut data = String::from("bucket,constraints,novelty_norm,runs\n");
+    let mut series = Vec::new();
+    for b in &all_buckets {
+        let mut pts = Vec::new();
+        for c in 0..16 {
+            let v: Vec<f64> = finals
+                .iter()
+                .filter(|r| r.get("bucket") == b)
+                .filter_map(|r| r.num(&format!("novelty_norm/c{c}")))
+                .collect();
+            if !v.is_empty() {
+                let m = v.iter().sum::<f64>() / v.len() as f64;
+                let _ = writeln!(data, "{b},{c},{m},{}", v.len());
+                pts.push((c as f64, m));
+            }
+        }
+        series.push(Series {
+            name: b.clone(),
+            points: pts,
+            line: true,
+            bars: vec![],
+        });
+    }
+    let fig = Figure::Lines {
+        title: "Novelty of valid answers against utility demanded".into(),
+        x_label: "constraints |I| + |X|".into(),
+        y_label: "novelty / novelty of 1-hop answers".into(),
+        series,
+        log_x: false,
+        log_y: false,
+    };
+    w.figure(
+        "tradeoff",
+        &fig,
+        &data,
+        "Normalised novelty against the number of constraints, a line per bucket",
+    )?;
+
+    let _ = writeln!(w.md, "## Error types (Figure 5)\n");
+    let types: Vec<String> = rows[0]
+        .0
+        .keys()
+        .filter_map(|k| k.strip_prefix("eval/err/").map(str::to_string))
+        .collect();
+    let mut data = String::from("bucket,error,mean_count\n");
+    let mut series = Vec::new();
+    for b in &all_buckets {
+        let in_b: Vec<&&Row> = finals.iter().filter(|r| r.get("bucket") == b).collect();
+        let vals: Vec<f64> = types
+            .iter()
+            .map(|t| {
+                let v: Vec<f64> = in_b
+                    .iter()
+                    .filter_map(|r| r.num(&format!("eval/err/{t}")))
+                    .collect();
+                v.iter().sum::<f64>() / v.len().max(1) as f64
+            })
+            .collect();
+        for (t, v) in types.iter().zip(&vals) {
+            let _ = writeln!(data, "{b},{t},{v}");
+        }
+        series.push((b.clone(), vals));
+    }
+    let fig = Figure::Bars {
+        title: "Errors at the last epoch (mean count per run)".into(),
+        y_label: "answers (log scale)".into(),
+        categories: types
+            .iter()
+            .map(|t| {
+                t.replace("hallucinated_", "halluc. ")
+                    .replace("_violation", " viol.")
+            })
+            .collect(),
+        series,
+    };
+    w.figure("errors", &fig, &data, "Error types by bucket, log scale")?;
+
+    let _ = writeln!(w.md, "## Creativity against compute\n");
+    let mut data = String::from("bucket,run,epoch,flops,creativity\n");
+    let mut series = Vec::new();
+    for b in &all_buckets {
+        let mut pts = Vec::new();
+        for r in rows.iter().filter(|r| r.get("bucket") == b) {
+            if let (Some(f), Some(c)) = (r.num("flops"), r.num("eval/creativity")) {
+                let _ = writeln!(data, "{b},{},{},{f},{c}", r.get("run"), r.get("epoch"));
+                pts.push((f, c));
+            }
+        }
+        series.push(Series {
+            name: b.clone(),
+            points: pts,
+            line: false,
+            bars: vec![],
+        });
+    }
+    let fig = Figure::Lines {
+        title: "Creativity against training FLOPs".into(),
+        x_label: "cumulative training FLOPs".into(),
+        y_label: "creativity C".into(),
+        series,
+        log_x: true,
+        log_y: false,
+    };
+    w.figure(
+        "creativity_flops",
+        &fig,
+        &data,
+        "C of every run at every epoch against its cumulative FLOPs",
+    )?;
+
+    let md = out.join("report.md");
+    write_atomic(&md, w.md.as_bytes())?;
+    Ok(md)
+}

@@ -1,0 +1,424 @@
+//! Drawing with plotters: each figure rendered twice, SVG and PNG, with a bundled font
+//! (DejaVu Sans) so that text renders on machines that have no fonts installed.
+
+use std::path::{Path, PathBuf};
+use std::sync::Once;
+
+use anyhow::{Result, anyhow};
+use plotters::coord::Shift;
+use plotters::prelude::*;
+use plotters::style::{FontStyle, register_font};
+
+const FONT: &[u8] = include_bytes!("../../assets/fonts/DejaVuSans.ttf");
+pub const SIZE: (u32, u32) = (900, 600);
+
+fn fonts() {
+    static ONCE: Once = Once::new();
+    ONCE.call_once(|| {
+        assert!(
+            register_font("sans-serif", FontStyle::Normal, FONT).is_ok(),
+            "the bundled font parses"
+        );
+    });
+}
+
+/// A figure, drawable on any backend.
+pub enum Figure {
+    Heatmap {
+        title: String,
+        x_label: String,
+        y_label: String,
+        value_label: String,
+        heat: Heat,
+    },
+    Lines {
+        title: String,
+        x_label: String,
+        y_label: String,
+        series: Vec<Series>,
+        log_x: bool,
+        log_y: bool,
+    },
+    Bars {
+        title: String,
+        y_label: String,
+        categories: Vec<String>,
+        series: Vec<(String, Vec<f64>)>,
+    },
+}
+
+impl Figure {
+    fn draw<DB: DrawingBackend>(&self, root: &DrawingArea<DB, Shift>) -> Result<()> {
+        match self {
+            Figure::Heatmap {
+                title,
+                x_label,
+                y_label,
+                value_label,
+                heat,
+            } => heatmap(root, title, x_label, y_label, value_label, heat),
+            Figure::Lines {
+                title,
+                x_label,
+                y_label,
+                series,
+                log_x,
+                log_y,
+            } => lines(root, title, x_label, y_label, series, *log_x, *log_y),
+            Figure::Bars {
+                title,
+                y_label,
+                categories,
+                series,
+            } => bars(root, title, y_label, categories, series),
+        }
+    }
+}
+
+/// Render a figure to `<stem>.svg` and `<stem>.png`; returns both paths.
+pub fn render(stem: &Path, fig: &Figure) -> Result<(PathBuf, PathBuf)> {
+    fonts();
+    let svg = stem.with_extension("svg");
+    let png = stem.with_extension("png");
+    {
+        let root = SVGBackend::new(&svg, SIZE).into_drawing_area();
+        root.fill(&WHITE).map_err(err)?;
+        fig.draw(&root)?;
+        root.present()
+            .map_err(|e| anyhow!("{}: {e:?}", svg.display()))?;
+    }
+    {
+        let root = BitMapBackend::new(&png, SIZE).into_drawing_area();
+        root.fill(&WHITE).map_err(err)?;
+        fig.draw(&root)?;
+        root.present()
+            .map_err(|e| anyhow!("{}: {e:?}", png.display()))?;
+    }
+    Ok((svg, png))
+}
+
+/// The series palette.
+pub fn color(i: usize) -> RGBColor {
+    const C: [RGBColor; 8] = [
+        RGBColor(31, 119, 180),
+        RGBColor(255, 127, 14),
+        RGBColor(44, 160, 44),
+        RGBColor(214, 39, 40),
+        RGBColor(148, 103, 189),
+        RGBColor(140, 86, 75),
+        RGBColor(227, 119, 194),
+        RGBColor(127, 127, 127),
+    ];
+    C[i % C.len()]
+}
+
+/// A colour for `t` in [0, 1] on a viridis-like ramp.
+pub fn ramp(t: f64) -> RGBColor {
+    let stops = [
+        (68.0, 1.0, 84.0),
+        (59.0, 82.0, 139.0),
+        (33.0, 145.0, 140.0),
+        (94.0, 201.0, 98.0),
+        (253.0, 231.0, 37.0),
+    ];
+    let t = t.clamp(0.0, 1.0) * (stops.len() - 1) as f64;
+    let i = (t.floor() as usize).min(stops.len() - 2);
+    let f = t - i as f64;
+    let mix = |a: f64, b: f64| (a + (b - a) * f) as u8;
+    RGBColor(
+        mix(stops[i].0, stops[i + 1].0),
+        mix(stops[i].1, stops[i + 1].1),
+        mix(stops[i].2, stops[i + 1].2),
+    )
+}
+
+pub fn err<E: std::fmt::Debug>(e: E) -> anyhow::Error {
+    anyhow!("drawing: {e:?}")
+}
+
+/// One heatmap cell: column label index, row (bin) index, value.
+pub struct Heat {
+    pub columns: Vec<String>,
+    pub rows: Vec<String>,
+    pub cells: Vec<(usize, usize, f64)>,
+}
+
+/// A heatmap with a colour legend: x categorical, y categorical bins, colour = value.
+pub fn heatmap<DB: DrawingBackend>(
+    root: &DrawingArea<DB, Shift>,
+    title: &str,
+    x_label: &str,
+    y_label: &str,
+    value_label: &str,
+    h: &Heat,
+) -> Result<()> {
+    let (main, legend) = root.split_horizontally(SIZE.0 - 110);
+    let (lo, hi) = h
+        .cells
+        .iter()
+        .fold((f64::INFINITY, f64::NEG_INFINITY), |(a, b), c| {
+            (a.min(c.2), b.max(c.2))
+        });
+    let span = if hi > lo { hi - lo } else { 1.0 };
+    let nx = h.columns.len().max(1);
+    let ny = h.rows.len().max(1);
+    let mut chart = ChartBuilder::on(&main)
+        .caption(title, ("sans-serif", 22))
+        .margin(12)
+        .x_label_area_size(45)
+        .y_label_area_size(80)
+        .build_cartesian_2d(0f64..nx as f64, 0f64..ny as f64)
+        .map_err(err)?;
+    let cols = h.columns.clone();
+    let rows = h.rows.clone();
+    chart
+        .configure_mesh()
+        .disable_mesh()
+        .x_desc(x_label)
+        .y_desc(y_label)
+        .x_labels(nx * 2 + 1)
+        .y_labels(ny * 2 + 1)
+        .x_label_formatter(&|x| {
+            let i = x.floor() as usize;
+            if (x - i as f64 - 0.5).abs() < 1e-6 {
+                cols.get(i).cloned().unwrap_or_default()
+            } else {
+                String::new()
+            }
+        })
+        .y_label_formatter(&|y| {
+            let i = y.floor() as usize;
+            if (y - i as f64 - 0.5).abs() < 1e-6 {
+                rows.get(i).cloned().unwrap_or_default()
+            } else {
+                String::new()
+            }
+        })
+        .label_style(("sans-serif", 13))
+        .draw()
+        .map_err(err)?;
+    chart
+        .draw_series(h.cells.iter().map(|&(x, y, v)| {
+            Rectangle::new(
+                [
+                    (x as f64 + 0.02, y as f64 + 0.02),
+                    (x as f64 + 0.98, y as f64 + 0.98),
+                ],
+                ramp((v - lo) / span).filled(),
+            )
+        }))
+        .map_err(err)?;
+    chart
+        .draw_series(h.cells.iter().map(|&(x, y, v)| {
+            Text::new(
+                format!("{v:.2}"),
+                (x as f64 + 0.3, y as f64 + 0.55),
+                ("sans-serif", 12).into_font().color(&WHITE),
+            )
+        }))
+        .map_err(err)?;
+    let mut bar = ChartBuilder::on(&legend)
+        .margin_top(50)
+        .margin_bottom(57)
+        .margin_right(10)
+        .y_label_area_size(45)
+        .caption(value_label, ("sans-serif", 14))
+        .build_cartesian_2d(0f64..1f64, lo..lo + span)
+        .map_err(err)?;
+    bar.configure_mesh()
+        .disable_mesh()
+        .disable_x_axis()
+        .y_labels(6)
+        .label_style(("sans-serif", 12))
+        .draw()
+        .map_err(err)?;
+    bar.draw_series((0..50).map(|i| {
+        let a = lo + span * i as f64 / 50.0;
+        let b = lo + span * (i + 1) as f64 / 50.0;
+        Rectangle::new([(0.0, a), (1.0, b)], ramp(i as f64 / 49.0).filled())
+    }))
+    .map_err(err)?;
+    Ok(())
+}
+
+/// A named series of (x, y) points.
+pub struct Series {
+    pub name: String,
+    pub points: Vec<(f64, f64)>,
+    /// Draw lines between points (else markers only).
+    pub line: bool,
+    /// Optional error bars: (x, y − e, y + e).
+    pub bars: Vec<(f64, f64, f64)>,
+}
+
+/// Lines and points on linear or log axes.
+#[allow(clippy::too_many_arguments)]
+pub fn lines<DB: DrawingBackend>(
+    root: &DrawingArea<DB, Shift>,
+    title: &str,
+    x_label: &str,
+    y_label: &str,
+    series: &[Series],
+    log_x: bool,
+    log_y: bool,
+) -> Result<()> {
+    let pts: Vec<(f64, f64)> = series
+        .iter()
+        .flat_map(|s| s.points.iter().copied())
+        .collect();
+    let ext = |f: fn(&(f64, f64)) -> f64, log: bool| {
+        let v: Vec<f64> = pts
+            .iter()
+            .map(f)
+            .filter(|v| v.is_finite() && (!log || *v > 0.0))
+            .collect();
+        let (a, b) = v
+            .iter()
+            .fold((f64::INFINITY, f64::NEG_INFINITY), |(a, b), &x| {
+                (a.min(x), b.max(x))
+            });
+        if !a.is_finite() {
+            return (if log { 1.0 } else { 0.0 }, 1.0);
+        }
+        if log {
+            (a / 1.5, b * 1.5)
+        } else {
+            let pad = ((b - a) * 0.08).max(1e-9);
+            (a - pad, b + pad)
+        }
+    };
+    let (x0, x1) = ext(|p| p.0, log_x);
+    let (y0, y1) = ext(|p| p.1, log_y);
+    macro_rules! draw {
+        ($chart:expr) => {{
+            let mut chart = $chart;
+            chart
+                .configure_mesh()
+                .x_desc(x_label)
+                .y_desc(y_label)
+                .label_style(("sans-serif", 13))
+                .draw()
+                .map_err(err)?;
+            for (i, s) in series.iter().enumerate() {
+                let c = color(i);
+                let pts: Vec<(f64, f64)> = s
+                    .points
+                    .iter()
+                    .copied()
+                    .filter(|p| p.1.is_finite() && (!log_y || p.1 > 0.0))
+                    .collect();
+                if s.line {
+                    chart
+                        .draw_series(LineSeries::new(pts.clone(), c.stroke_width(2)))
+                        .map_err(err)?;
+                }
+                let anno = chart
+                    .draw_series(pts.iter().map(|&p| Circle::new(p, 4, c.filled())))
+                    .map_err(err)?;
+                anno.label(s.name.clone())
+                    .legend(move |(x, y)| Circle::new((x + 8, y), 5, c.filled()));
+                for &(x, lo, hi) in &s.bars {
+                    chart
+                        .draw_series(std::iter::once(PathElement::new(
+                            vec![(x, lo), (x, hi)],
+                            c.stroke_width(2),
+                        )))
+                        .map_err(err)?;
+                }
+            }
+            chart
+                .configure_series_labels()
+                .background_style(WHITE.mix(0.85))
+                .border_style(BLACK)
+                .label_font(("sans-serif", 13))
+                .draw()
+                .map_err(err)?;
+        }};
+    }
+    let mut b = ChartBuilder::on(root);
+    b.caption(title, ("sans-serif", 22))
+        .margin(15)
+        .x_label_area_size(45)
+        .y_label_area_size(70);
+    match (log_x, log_y) {
+        (true, true) => draw!(
+            b.build_cartesian_2d((x0..x1).log_scale(), (y0..y1).log_scale())
+                .map_err(err)?
+        ),
+        (true, false) => draw!(
+            b.build_cartesian_2d((x0..x1).log_scale(), y0..y1)
+                .map_err(err)?
+        ),
+        (false, true) => draw!(
+            b.build_cartesian_2d(x0..x1, (y0..y1).log_scale())
+                .map_err(err)?
+        ),
+        (false, false) => draw!(b.build_cartesian_2d(x0..x1, y0..y1).map_err(err)?),
+    }
+    Ok(())
+}
+
+/// Grouped bars on a log y axis: one group per category, one bar per series.
+pub fn bars<DB: DrawingBackend>(
+    root: &DrawingArea<DB, Shift>,
+    title: &str,
+    y_label: &str,
+    categories: &[String],
+    series: &[(String, Vec<f64>)],
+) -> Result<()> {
+    let max = series
+        .iter()
+        .flat_map(|s| s.1.iter().copied())
+        .fold(1.0f64, f64::max);
+    let n = categories.len().max(1);
+    let k = series.len().max(1);
+    let mut chart = ChartBuilder::on(root)
+        .caption(title, ("sans-serif", 22))
+        .margin(15)
+        .x_label_area_size(60)
+        .y_label_area_size(70)
+        .build_cartesian_2d(0f64..n as f64, (0.5f64..max * 2.0).log_scale())
+        .map_err(err)?;
+    let cats = categories.to_vec();
+    chart
+        .configure_mesh()
+        .disable_x_mesh()
+        .x_labels(n * 2 + 1)
+        .x_label_formatter(&|x| {
+            let i = x.floor() as usize;
+            if (x - i as f64 - 0.5).abs() < 1e-6 {
+                cats.get(i).cloned().unwrap_or_default()
+            } else {
+                String::new()
+            }
+        })
+        .y_desc(y_label)
+        .label_style(("sans-serif", 12))
+        .draw()
+        .map_err(err)?;
+    let w = 0.8 / k as f64;
+    for (j, (name, vals)) in series.iter().enumerate() {
+        let c = color(j);
+        let anno = chart
+            .draw_series(
+                vals.iter()
+                    .enumerate()
+                    .filter(|(_, v)| **v > 0.0)
+                    .map(|(i, &v)| {
+                        let x = i as f64 + 0.1 + j as f64 * w;
+                        Rectangle::new([(x, 0.5), (x + w * 0.95, v)], c.filled())
+                    }),
+            )
+            .map_err(err)?;
+        anno.label(name.clone())
+            .legend(move |(x, y)| Rectangle::new([(x, y - 5), (x + 12, y + 5)], c.filled()));
+    }
+    chart
+        .configure_series_labels()
+        .background_style(WHITE.mix(0.85))
+        .border_style(BLACK)
+        .label_font(("sans-serif", 13))
+        .draw()
+        .map_err(err)?;
+    Ok(())
+}

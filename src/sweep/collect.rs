@@ -1,0 +1,194 @@
+//! `results.csv`: one row per run per evaluated epoch, with the run's config fields, parameter
+//! counts, cumulative FLOPs and every evaluation figure, read from the run directories.
+
+use std::collections::BTreeSet;
+use std::path::PathBuf;
+
+use anyhow::Result;
+use serde_json::Value;
+
+use crate::eval::summary::Summary;
+use crate::fsutil::write_atomic;
+use crate::sweep::{PlanRow, State, Sweep, squeue_jobs, state};
+use crate::train::metrics;
+
+/// A parameter count as a short label, one significant digit: 786432 → "800k",
+/// 9633792 → "10M", 100663296 → "100M", 12288 → "10k".
+pub fn params_label(n: f64) -> String {
+    let (v, unit) = if n >= 1e6 {
+        (n / 1e6, "M")
+    } else {
+        (n / 1e3, "k")
+    };
+    if v < 1.0 {
+        return format!("{v:.1}{unit}");
+    }
+    let digits = 10f64.powf(v.log10().floor());
+    format!("{}{unit}", (v / digits).round() * digits)
+}
+
+/// What collect found.
+pub struct Collected {
+    pub path: PathBuf,
+    pub rows: usize,
+    /// Runs left out, with the reason.
+    pub left_out: Vec<(String, String)>,
+}
+
+/// Mean `novelty_norm` per constraint count (level − 1) over hops, from an eval summary.
+fn novelty_norm_by_constraints(s: &Summary) -> Vec<(u32, f64)> {
+    let mut levels: Vec<u32> = s.by_hop_level.iter().map(|c| c.level).collect();
+    levels.sort_unstable();
+    levels.dedup();
+    levels
+        .into_iter()
+        .filter_map(|l| {
+            let v: Vec<f64> = s
+                .by_hop_level
+                .iter()
+                .filter(|c| c.level == l)
+                .filter_map(|c| c.novelty_norm)
+                .collect();
+            (!v.is_empty()).then(|| (l - 1, v.iter().sum::<f64>() / v.len() as f64))
+        })
+        .collect()
+}
+
+fn csv_field(v: &Value) -> String {
+    match v {
+        Value::Null => String::new(),
+        Value::String(s) if s.contains(',') || s.contains('"') => {
+            format!("\"{}\"", s.replace('"', "\"\""))
+        }
+        Value::String(s) => s.clone(),
+        other => other.to_string(),
+    }
+}
+
+pub fn collect(sweep: &Sweep, plan: &[PlanRow]) -> Result<Collected> {
+    let squeue = squeue_jobs();
+    // The group of a run in the figures: its bucket's target, or the sweep itself for a grid.
+    let bucket = match &sweep.spec.bucket {
+        Some(b) => params_label(b.target as f64),
+        None => sweep.spec.name.clone(),
+    };
+    let mut records: Vec<Vec<(String, Value)>> = Vec::new();
+    let mut left_out = Vec::new();
+    for (row, planned) in plan.iter().zip(&sweep.spec.runs) {
+        if let State::Failed { log, error } = state(&row.dir, &squeue) {
+            left_out.push((
+                row.run.clone(),
+                format!("failed: {error} (log: {})", log.display()),
+            ));
+            continue;
+        }
+        let cfg = &planned.config;
+        let lines = metrics::read_lines(&row.dir)?;
+        let evals: Vec<_> = lines
+            .into_iter()
+            .filter(|l| l.contains_key("val/loss"))
+            .collect();
+        if evals.is_empty() {
+            left_out.push((row.run.clone(), "no evaluated epoch yet".into()));
+            continue;
+        }
+        for line in evals {
+            let epoch = line.get("epoch").and_then(Value::as_u64).unwrap_or(0);
+            let mut r: Vec<(String, Value)> = vec![
+                ("sweep".into(), sweep.spec.name.clone().into()),
+                ("run".into(), row.run.clone().into()),
+                ("bucket".into(), bucket.clone().into()),
+                ("n_layer".into(), row.n_layer.into()),
+                ("n_embd".into(), row.n_embd.into()),
+                ("n_head".into(), row.n_head.into()),
+                (
+                    "e_over_l".into(),
+                    (row.n_embd as f64 / row.n_layer as f64).into(),
+                ),
+                ("seed".into(), cfg.train.seed.into()),
+                ("world_seed".into(), cfg.graph.seed.into()),
+                ("lr".into(), cfg.peak_lr().into()),
+                ("batch_size".into(), cfg.train.batch_size.into()),
+                ("epochs".into(), cfg.train.epochs.into()),
+            ];
+            for (k, v) in &planned.axes {
+                r.push((
+                    format!("axis:{k}"),
+                    Value::String(v.to_string().trim_matches('"').to_string()),
+                ));
+            }
+            r.push(("total_params".into(), row.total_params.into()));
+            r.push((
+                "non_embedding_params".into(),
+                row.non_embedding_params.into(),
+            ));
+            for (k, v) in &line {
+                r.push((k.clone(), v.clone()));
+            }
+            let summary_path = row
+                .dir
+                .join("eval")
+                .join(format!("epoch-{epoch:02}.summary.json"));
+            if let Ok(text) = std::fs::read_to_string(&summary_path)
+                && let Ok(s) = serde_json::from_str::<Summary>(&text)
+            {
+                for (k, v) in &s.figures.rollup {
+                    r.push((format!("rollup/{k}"), (*v).into()));
+                }
+                for (c, v) in novelty_norm_by_constraints(&s) {
+                    r.push((format!("novelty_norm/c{c}"), v.into()));
+                }
+            }
+            records.push(r);
+        }
+    }
+    // Columns: the fixed ones in order, then every other key in sorted order.
+    let mut fixed: Vec<String> = Vec::new();
+    let mut rest = BTreeSet::new();
+    for r in &records {
+        for (k, _) in r {
+            if k.contains('/') || k.starts_with("axis:") {
+                rest.insert(k.clone());
+            } else if !fixed.contains(k) {
+                fixed.push(k.clone());
+            }
+        }
+    }
+    let columns: Vec<String> = fixed.into_iter().chain(rest).collect();
+    let mut text = columns.join(",") + "\n";
+    for r in &records {
+        let cells: Vec<String> = columns
+            .iter()
+            .map(|c| {
+                r.iter()
+                    .find(|(k, _)| k == c)
+                    .map(|(_, v)| csv_field(v))
+                    .unwrap_or_default()
+            })
+            .collect();
+        text.push_str(&cells.join(","));
+        text.push('\n');
+    }
+    let path = sweep.dir.join("results.csv");
+    write_atomic(&path, text.as_bytes())?;
+    Ok(Collected {
+        path,
+        rows: records.len(),
+        left_out,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn labels() {
+        assert_eq!(params_label(786_432.0), "800k");
+        assert_eq!(params_label(12_288.0), "10k");
+        assert_eq!(params_label(9_633_792.0), "10M");
+        assert_eq!(params_label(100_663_296.0), "100M");
+        assert_eq!(params_label(1_000_000.0), "1M");
+        assert_eq!(params_label(3_500_000.0), "4M");
+    }
+}

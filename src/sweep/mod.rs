@@ -1,0 +1,230 @@
+//! Sweeps (SPEC §8): a spec resolved into runs under `checkpoints/<sweep>/`, run locally or as a
+//! Slurm job array, each run's state read from its own directory, and `results.csv` collected.
+//! Specs come from `spec`; backends from `local` and `slurm`; the table from `collect`.
+
+pub mod collect;
+pub mod local;
+pub mod slurm;
+pub mod spec;
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+use std::path::{Path, PathBuf};
+
+use anyhow::{Context, Result};
+use serde::{Deserialize, Serialize};
+
+use crate::dataset::{self, DataDir};
+use crate::fsutil::write_atomic;
+use crate::model::GptConfig;
+use crate::train::checkpoint::{self, TrainerState};
+use crate::train::markers;
+use crate::train::run::DONE;
+use spec::Spec;
+
+/// One row of the plan.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct PlanRow {
+    pub run: String,
+    pub config: PathBuf,
+    pub dir: PathBuf,
+    pub n_layer: u32,
+    pub n_embd: u32,
+    pub n_head: u32,
+    pub total_params: u64,
+    pub non_embedding_params: u64,
+    /// Training FLOPs of the whole run, estimated from the data's token counts (SPEC §5).
+    pub est_flops: f64,
+    pub axes: BTreeMap<String, String>,
+}
+
+/// A sweep and where it lives.
+pub struct Sweep {
+    pub spec: Spec,
+    pub dir: PathBuf,
+}
+
+impl Sweep {
+    pub fn load(spec: &Path) -> Result<Sweep> {
+        let spec = Spec::load(spec)?;
+        let dir = spec.dir();
+        Ok(Sweep { spec, dir })
+    }
+
+    pub fn run_dir(&self, run: &str) -> PathBuf {
+        self.dir.join("runs").join(run)
+    }
+
+    pub fn config_path(&self, run: &str) -> PathBuf {
+        self.dir.join("configs").join(format!("{run}.toml"))
+    }
+
+    /// Resolve the runs, build their data (once per world), write `configs/<run>.toml`,
+    /// `plan.json` and `plan.txt`, and return the plan.
+    pub fn plan(&self) -> Result<Vec<PlanRow>> {
+        std::fs::create_dir_all(self.dir.join("configs"))
+            .with_context(|| format!("{}: cannot create directory", self.dir.display()))?;
+        let mut stats: BTreeMap<String, (u32, f64, f64)> = BTreeMap::new();
+        let mut rows = Vec::new();
+        for p in &self.spec.runs {
+            let cfg = &p.config;
+            let hash = cfg.data_hash();
+            if !stats.contains_key(&hash) {
+                let dir = dataset::default_dir(cfg);
+                dataset::ensure(cfg, &dir, false)?;
+                let data = DataDir::open(&dir)?;
+                let cache = crate::train::tokens::load_or_build(&data)?;
+                let n = cache.train.len() as f64;
+                let tokens = (cache.train.tokens.len() - cache.train.len()) as f64;
+                stats.insert(
+                    hash.clone(),
+                    (data.vocab().n_tokens(), tokens, tokens / n.max(1.0)),
+                );
+            }
+            let (n_tokens, tokens, mean_len) = stats[&hash];
+            let g = GptConfig::new(cfg, n_tokens);
+            let path = self.config_path(&p.name);
+            write_atomic(&path, cfg.to_toml().as_bytes())?;
+            rows.push(PlanRow {
+                run: p.name.clone(),
+                config: path,
+                dir: self.run_dir(&p.name),
+                n_layer: cfg.model.n_layer,
+                n_embd: cfg.model.n_embd,
+                n_head: cfg.model.n_head,
+                total_params: g.total_params(),
+                non_embedding_params: g.non_embedding_params(),
+                // Batches pad to their longest sequence: about 1.5 × the mean here.
+                est_flops: cfg.train.epochs as f64
+                    * tokens
+                    * g.flops_per_token((1.5 * mean_len) as usize),
+                axes: p
+                    .axes
+                    .iter()
+                    .map(|(k, v)| (k.clone(), v.to_string()))
+                    .collect(),
+            });
+        }
+        write_atomic(
+            &self.dir.join("plan.json"),
+            (serde_json::to_string_pretty(&rows)? + "\n").as_bytes(),
+        )?;
+        let table = plan_table(&rows);
+        write_atomic(&self.dir.join("plan.txt"), table.as_bytes())?;
+        Ok(rows)
+    }
+}
+
+/// The plan as a table: run, L, E, H, parameters, estimated FLOPs.
+pub fn plan_table(rows: &[PlanRow]) -> String {
+    let w = rows.iter().map(|r| r.run.len()).max().unwrap_or(3).max(3);
+    let mut out = format!(
+        "{:w$}  {:>3} {:>5} {:>3} {:>12} {:>12} {:>10}\n",
+        "run", "L", "E", "H", "params", "non-emb", "est FLOPs"
+    );
+    for r in rows {
+        let _ = writeln!(
+            out,
+            "{:w$}  {:>3} {:>5} {:>3} {:>12} {:>12} {:>10.2e}",
+            r.run,
+            r.n_layer,
+            r.n_embd,
+            r.n_head,
+            r.total_params,
+            r.non_embedding_params,
+            r.est_flops
+        );
+    }
+    out
+}
+
+/// Where a run stands, read from its directory (squeue is only a hint).
+#[derive(Clone, Debug, PartialEq)]
+pub enum State {
+    Done,
+    Running(String),
+    Failed { log: PathBuf, error: String },
+    Pending { step: u64 },
+}
+
+impl State {
+    pub fn label(&self) -> &'static str {
+        match self {
+            State::Done => "done",
+            State::Running(_) => "running",
+            State::Failed { .. } => "failed",
+            State::Pending { .. } => "pending",
+        }
+    }
+}
+
+/// Whether process `pid` is alive here (a zombie counts as dead).
+fn alive(pid: u32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .map(|s| {
+            !s.rsplit(')')
+                .next()
+                .unwrap_or("")
+                .trim_start()
+                .starts_with('Z')
+        })
+        .unwrap_or(false)
+}
+
+/// The last non-empty line of a file.
+pub fn last_line(path: &Path) -> Option<String> {
+    let text = std::fs::read_to_string(path).ok()?;
+    text.lines()
+        .rev()
+        .find(|l| !l.trim().is_empty())
+        .map(|l| l.trim().to_string())
+}
+
+/// The state of one run directory. `squeue` lists the Slurm jobs the cluster still knows.
+pub fn state(run_dir: &Path, squeue: &[String]) -> State {
+    if run_dir.join(DONE).exists() {
+        return State::Done;
+    }
+    if let Some(r) = markers::read_running(run_dir) {
+        let here = r.host == markers::hostname();
+        let live = if here {
+            alive(r.pid)
+        } else {
+            r.slurm_job.as_ref().is_some_and(|j| squeue.contains(j))
+        };
+        if live {
+            return State::Running(
+                r.slurm_job
+                    .unwrap_or_else(|| format!("pid {} on {}", r.pid, r.host)),
+            );
+        }
+    }
+    if let Some(f) = markers::read_failed(run_dir) {
+        let log = run_dir.join("train.log");
+        let error = if f.error.is_empty() {
+            last_line(&log).unwrap_or_default()
+        } else {
+            f.error
+        };
+        return State::Failed { log, error };
+    }
+    let step = checkpoint::latest(run_dir)
+        .map(|(_, s): (PathBuf, TrainerState)| s.step)
+        .unwrap_or(0);
+    State::Pending { step }
+}
+
+/// Jobs `squeue` lists as running or pending (`JOBID_TASK` for array tasks); empty without
+/// Slurm.
+pub fn squeue_jobs() -> Vec<String> {
+    let out = std::process::Command::new("squeue")
+        .args(["-h", "-r", "-o", "%i"])
+        .output();
+    match out {
+        Ok(o) if o.status.success() => String::from_utf8_lossy(&o.stdout)
+            .lines()
+            .map(|l| l.trim().to_string())
+            .collect(),
+        _ => Vec::new(),
+    }
+}

@@ -1,0 +1,221 @@
+//! The Slurm backend: a readable sbatch job array (one run per task, `--requeue`, a USR1 before
+//! the time limit that makes the trainer checkpoint and the task requeue itself), submitted with
+//! `sbatch --parsable`, followed by a dependent `lab sweep collect` job.
+
+use std::fmt::Write as _;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use anyhow::{Context, Result, bail};
+
+use crate::fsutil::write_atomic;
+use crate::sweep::{PlanRow, Sweep};
+use crate::train::run::DONE;
+
+/// What `--backend slurm` was asked for.
+#[derive(Clone, Debug, Default)]
+pub struct Options {
+    pub partition: Option<String>,
+    pub gres: Option<String>,
+    pub time: Option<String>,
+    pub array_parallelism: Option<usize>,
+    pub account: Option<String>,
+    pub sbatch_args: Vec<String>,
+    /// Seconds before the time limit at which Slurm sends USR1.
+    pub signal_secs: u32,
+    pub device: String,
+}
+
+/// What was submitted.
+pub struct Submitted {
+    pub dir: PathBuf,
+    pub script: PathBuf,
+    pub tasks: usize,
+    pub array_job: String,
+    pub collect_job: String,
+}
+
+/// Whether `prog` is an executable on PATH.
+fn on_path(prog: &str) -> bool {
+    std::env::var_os("PATH")
+        .map(|p| std::env::split_paths(&p).any(|d| d.join(prog).is_file()))
+        .unwrap_or(false)
+}
+
+fn quote(s: &str) -> String {
+    if s.chars()
+        .all(|c| c.is_ascii_alphanumeric() || "-_./:=@%+,".contains(c))
+    {
+        s.to_string()
+    } else {
+        format!("'{}'", s.replace('\'', "'\\''"))
+    }
+}
+
+fn abs(p: &Path) -> Result<PathBuf> {
+    Ok(std::path::absolute(p)?)
+}
+
+/// The sbatch script of one submission.
+pub fn script(
+    sweep: &Sweep,
+    tasks_file: &Path,
+    n: usize,
+    o: &Options,
+    logs: &Path,
+) -> Result<String> {
+    let lab = std::env::current_exe().context("finding the lab binary")?;
+    let cwd = std::env::current_dir()?;
+    let sweep_dir = abs(&sweep.dir)?;
+    let mut s = String::new();
+    let _ = writeln!(s, "#!/bin/bash");
+    let _ = writeln!(
+        s,
+        "# lab sweep {}: one training run per array task, written by",
+        sweep.spec.name
+    );
+    let _ = writeln!(
+        s,
+        "# `lab sweep run {} --backend slurm`.",
+        sweep.spec.path.display()
+    );
+    let _ = writeln!(
+        s,
+        "# Re-submitting the sweep skips DONE runs and resumes partial ones from their checkpoints."
+    );
+    let _ = writeln!(s, "#SBATCH --job-name=lab-{}", sweep.spec.name);
+    let par = o
+        .array_parallelism
+        .map(|p| format!("%{p}"))
+        .unwrap_or_default();
+    let _ = writeln!(s, "#SBATCH --array=0-{}{par}", n - 1);
+    let _ = writeln!(s, "#SBATCH --requeue");
+    let _ = writeln!(s, "#SBATCH --signal=B:USR1@{}", o.signal_secs);
+    let _ = writeln!(s, "#SBATCH --output={}/%A_%a.out", logs.display());
+    for (flag, v) in [
+        ("partition", &o.partition),
+        ("gres", &o.gres),
+        ("time", &o.time),
+        ("account", &o.account),
+    ] {
+        if let Some(v) = v {
+            let _ = writeln!(s, "#SBATCH --{flag}={v}");
+        }
+    }
+    for a in &o.sbatch_args {
+        let _ = writeln!(s, "#SBATCH {a}");
+    }
+    let _ = write!(
+        s,
+        r#"
+set -uo pipefail
+cd {cwd}
+lab={lab}
+run=$(sed -n "$((SLURM_ARRAY_TASK_ID + 1))p" {tasks})
+dir={sweep_dir}/runs/$run
+mkdir -p "$dir"
+resume=""
+[ -e "$dir/latest" ] && resume=--resume
+echo "task $SLURM_ARRAY_TASK_ID: run $run on $(hostname), GPUs ${{CUDA_VISIBLE_DEVICES:-none}}, $resume"
+
+# Before the time limit Slurm sends USR1 to this script: pass it on to the trainer, which
+# checkpoints at the next step and exits with 75, then requeue this task so that it resumes.
+requeue() {{
+  echo "USR1: checkpointing and requeueing"
+  kill -USR1 "$pid" 2>/dev/null
+  wait "$pid"
+  scontrol requeue "${{SLURM_ARRAY_JOB_ID}}_${{SLURM_ARRAY_TASK_ID}}"
+  exit 0
+}}
+trap requeue USR1
+
+"$lab" train --config {sweep_dir}/configs/"$run".toml --out "$dir" $resume --device {device} >> "$dir/train.log" 2>&1 &
+pid=$!
+wait "$pid"
+rc=$?
+# 0: done or stopped at --max-steps; 75: stopped by a signal after its checkpoint.
+if [ "$rc" -ne 0 ] && [ "$rc" -ne 75 ] && [ ! -e "$dir/FAILED" ]; then
+  printf '{{"error":"","exit":%d}}\n' "$rc" > "$dir/FAILED"
+fi
+exit "$rc"
+"#,
+        cwd = quote(&cwd.to_string_lossy()),
+        lab = quote(&lab.to_string_lossy()),
+        tasks = quote(&tasks_file.to_string_lossy()),
+        sweep_dir = quote(&sweep_dir.to_string_lossy()),
+        device = quote(&o.device),
+    );
+    Ok(s)
+}
+
+fn sbatch(args: &[String]) -> Result<String> {
+    let out = Command::new("sbatch")
+        .args(args)
+        .output()
+        .context("running sbatch")?;
+    if !out.status.success() {
+        bail!(
+            "sbatch failed: {}",
+            String::from_utf8_lossy(&out.stderr).trim()
+        );
+    }
+    // --parsable prints `jobid[;cluster]`.
+    let text = String::from_utf8_lossy(&out.stdout);
+    Ok(text.trim().split(';').next().unwrap_or("").to_string())
+}
+
+/// Write this submission's task list and script, submit the array and the collect job.
+pub fn submit(sweep: &Sweep, plan: &[PlanRow], o: &Options) -> Result<Option<Submitted>> {
+    if !on_path("sbatch") {
+        bail!(
+            "sbatch not found on PATH: this machine is not a Slurm client; run the sweep here with --backend local"
+        );
+    }
+    let pending: Vec<&PlanRow> = plan.iter().filter(|r| !r.dir.join(DONE).exists()).collect();
+    if pending.is_empty() {
+        return Ok(None);
+    }
+    let root = abs(&sweep.dir.join("slurm"))?;
+    let n_sub = std::fs::read_dir(&root).map(|d| d.count()).unwrap_or(0) + 1;
+    let dir = root.join(format!("{n_sub:03}"));
+    let logs = dir.join("logs");
+    std::fs::create_dir_all(&logs)
+        .with_context(|| format!("{}: cannot create directory", logs.display()))?;
+    let tasks = dir.join("tasks.txt");
+    let list: String = pending.iter().map(|r| format!("{}\n", r.run)).collect();
+    write_atomic(&tasks, list.as_bytes())?;
+    let path = dir.join("train.sbatch");
+    write_atomic(
+        &path,
+        script(sweep, &tasks, pending.len(), o, &logs)?.as_bytes(),
+    )?;
+    let array_job = sbatch(&["--parsable".into(), path.to_string_lossy().into_owned()])?;
+    let lab = std::env::current_exe()?;
+    let spec = abs(&sweep.spec.path)?;
+    let mut args = vec![
+        "--parsable".to_string(),
+        format!("--dependency=afterany:{array_job}"),
+        "--kill-on-invalid-dep=yes".into(),
+        format!("--job-name=lab-{}-collect", sweep.spec.name),
+        format!("--output={}/collect.out", dir.display()),
+    ];
+    for (flag, v) in [("partition", &o.partition), ("account", &o.account)] {
+        if let Some(v) = v {
+            args.push(format!("--{flag}={v}"));
+        }
+    }
+    args.push(format!(
+        "--wrap=cd {} && {} sweep collect {}",
+        quote(&std::env::current_dir()?.to_string_lossy()),
+        quote(&lab.to_string_lossy()),
+        quote(&spec.to_string_lossy())
+    ));
+    let collect_job = sbatch(&args)?;
+    Ok(Some(Submitted {
+        dir,
+        script: path,
+        tasks: pending.len(),
+        array_job,
+        collect_job,
+    }))
+}
