@@ -174,7 +174,7 @@ impl Spec {
                     .n_head
                     .iter()
                     .copied()
-                    .filter(|h| e % h == 0 && *h <= e)
+                    .filter(|h| e.is_multiple_of(*h) && *h <= e)
                     .collect();
                 if heads.is_empty() {
                     return Err(err(

@@ -348,7 +348,7 @@ fn train_in(
         figures.extend(crate::eval::epoch(
             cfg,
             &model,
-            &data,
+            data,
             lp.state.epoch,
             &run_dir,
         )?);
