@@ -33,6 +33,11 @@ pub struct TrainerState {
     pub tokens: u64,
     /// Wall seconds spent training so far.
     pub seconds: f64,
+    /// Training losses summed since the last `train/loss` log line, and their count.
+    #[serde(default)]
+    pub window_loss: f64,
+    #[serde(default)]
+    pub window_steps: u64,
     /// The random state: every stream is derived from the seed, the purpose and the epoch
     /// (init, batch order), so the seed and the cursor above restore it exactly.
     pub rng: String,

@@ -277,7 +277,9 @@ fn train_in(
     let bar = progress::bar(total_steps, "train");
     bar.set_position(lp.state.step);
     let (mut call_tokens, mut first_step_tokens, mut first_step_time) = (0u64, 0u64, None);
-    let mut window = (0f64, 0usize, 0usize, Instant::now());
+    // The log window: its loss sum and step count live in the trainer state (a resumed run
+    // logs the same averages); its tokens and clock only time this process.
+    let mut window = (0usize, Instant::now());
     let mut val_loss = None;
     let ending = 'run: loop {
         if lp.state.epoch >= cfg.train.epochs as u64 {
@@ -312,26 +314,29 @@ fn train_in(
                 first_step_time = Some(Instant::now());
                 first_step_tokens = call_tokens;
             }
-            window.0 += loss;
-            window.1 += 1;
-            window.2 += batch.tokens;
+            s.window_loss += loss;
+            s.window_steps += 1;
+            window.0 += batch.tokens;
             if s.step.is_multiple_of(cfg.train.log_every) {
-                let secs = window.3.elapsed().as_secs_f64();
+                let secs = window.1.elapsed().as_secs_f64();
+                let mean = s.window_loss / s.window_steps.max(1) as f64;
                 let figures = vec![
-                    ("train/loss".to_string(), window.0 / window.1 as f64),
+                    ("train/loss".to_string(), mean),
                     ("train/lr".to_string(), lr),
                     ("train/grad_norm".to_string(), gnorm),
-                    ("train/tokens_per_s".to_string(), window.2 as f64 / secs),
+                    ("train/tokens_per_s".to_string(), window.0 as f64 / secs),
                 ];
                 bar.set_message(format!(
                     "ep {} loss {:.4} lr {lr:.2e} {:.0} tok/s",
                     s.epoch + 1,
-                    window.0 / window.1 as f64,
-                    window.2 as f64 / secs
+                    mean,
+                    window.0 as f64 / secs
                 ));
                 let (step, epoch, flops) = (s.step, s.epoch + 1, s.flops);
                 lp.metrics.log(step, epoch, flops, &figures)?;
-                window = (0.0, 0, 0, Instant::now());
+                window = (0, Instant::now());
+                lp.state.window_loss = 0.0;
+                lp.state.window_steps = 0;
             }
             bar.set_position(lp.state.step);
             if cfg.train.checkpoint_every > 0

@@ -1,0 +1,395 @@
+//! Sweeps through the real binary and a real one-node Slurm cluster started by
+//! `scripts/slurm-up.sh` (no mock of sbatch): the smoke sweep as a job array with one task
+//! cancelled mid-run and resumed by a re-submission, the same sweep through the local backend
+//! giving the same results, the report's figures, and a clear error for each bad input.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+
+use crate::util::{lab, root, run_expect};
+
+/// A directory holding copies of configs/ and sweeps/, as a researcher's checkout would.
+fn workspace() -> tempfile::TempDir {
+    let tmp = tempfile::tempdir().unwrap();
+    for d in ["configs", "sweeps"] {
+        std::fs::create_dir_all(tmp.path().join(d)).unwrap();
+        for e in std::fs::read_dir(root().join(d)).unwrap() {
+            let p = e.unwrap().path();
+            std::fs::copy(&p, tmp.path().join(d).join(p.file_name().unwrap())).unwrap();
+        }
+    }
+    tmp
+}
+
+fn slurm_up() {
+    let out = Command::new("bash")
+        .arg(root().join("scripts/slurm-up.sh"))
+        .args(["--gpus", "2"])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "slurm-up.sh: {}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+fn squeue(job: &str) -> String {
+    let out = Command::new("squeue")
+        .args(["-h", "-r", "-o", "%i %T", "-j", job])
+        .output()
+        .unwrap();
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+fn wait_gone(job: &str, secs: u64) {
+    let start = Instant::now();
+    while !squeue(job).trim().is_empty() {
+        assert!(
+            start.elapsed() < Duration::from_secs(secs),
+            "job {job} still queued: {}",
+            squeue(job)
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
+
+/// `submitted N runs as job array J` / `collect job C` from `lab sweep run --backend slurm`.
+fn job_ids(stdout: &str) -> (String, String) {
+    let word_after = |key: &str| {
+        stdout
+            .split(key)
+            .nth(1)
+            .and_then(|s| s.split_whitespace().next())
+            .unwrap_or_else(|| panic!("no `{key}` in {stdout}"))
+            .to_string()
+    };
+    (word_after("job array "), word_after("collect job "))
+}
+
+fn metrics(run: &Path) -> Vec<Value> {
+    std::fs::read_to_string(run.join("metrics.jsonl"))
+        .unwrap()
+        .lines()
+        .map(|l| {
+            let mut v: Value = serde_json::from_str(l).unwrap();
+            v.as_object_mut().unwrap().remove("train/tokens_per_s");
+            v
+        })
+        .collect()
+}
+
+fn runs_dir(ws: &Path) -> PathBuf {
+    ws.join("checkpoints/smoke/runs")
+}
+
+#[test]
+fn smoke_sweep_on_slurm_with_preemption_matches_local() {
+    slurm_up();
+    // The local backend first: the reference.
+    let local = workspace();
+    run_expect(
+        lab(local.path()).args([
+            "sweep",
+            "run",
+            "sweeps/smoke.toml",
+            "--backend",
+            "local",
+            "--jobs",
+            "2",
+        ]),
+        0,
+    );
+    run_expect(
+        lab(local.path()).args(["sweep", "collect", "sweeps/smoke.toml"]),
+        0,
+    );
+
+    // Slurm, with the GPU-shaped script a real cluster gets.
+    let ws = workspace();
+    let plan = run_expect(
+        lab(ws.path()).args(["sweep", "plan", "sweeps/smoke.toml"]),
+        0,
+    );
+    let plan = String::from_utf8_lossy(&plan.stdout);
+    assert!(
+        plan.contains("4 runs") && plan.contains("est FLOPs"),
+        "{plan}"
+    );
+    let t0 = Instant::now();
+    let out = run_expect(
+        lab(ws.path()).args([
+            "sweep",
+            "run",
+            "sweeps/smoke.toml",
+            "--backend",
+            "slurm",
+            "--gres",
+            "gpu:1",
+            "--array-parallelism",
+            "2",
+        ]),
+        0,
+    );
+    let (array, collect) = job_ids(&String::from_utf8_lossy(&out.stdout));
+    // Preempt task 0 once it is past a mid-epoch checkpoint.
+    let first =
+        std::fs::read_to_string(ws.path().join("checkpoints/smoke/slurm/001/tasks.txt")).unwrap();
+    let victim = runs_dir(ws.path()).join(first.lines().next().unwrap());
+    let start = Instant::now();
+    loop {
+        let step = std::fs::read_to_string(victim.join("trainer_state.json"))
+            .ok()
+            .and_then(|t| serde_json::from_str::<Value>(&t).ok())
+            .and_then(|v| v["step"].as_u64())
+            .unwrap_or(0);
+        if step >= 20 {
+            break;
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(300),
+            "task 0 never reached a checkpoint"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert!(
+        !victim.join("DONE").exists(),
+        "cancel before it ends (the run is too short?)"
+    );
+    run_expect(Command::new("scancel").arg(format!("{array}_0")), 0);
+    wait_gone(&array, 600);
+    wait_gone(&collect, 120);
+    let status = run_expect(
+        lab(ws.path()).args(["sweep", "status", "sweeps/smoke.toml"]),
+        0,
+    );
+    let status = String::from_utf8_lossy(&status.stdout);
+    assert!(
+        status.contains("pending") && status.contains("3 done"),
+        "the cancelled run waits to resume:\n{status}"
+    );
+    assert!(
+        victim.join("latest").exists(),
+        "its checkpoint survived the cancel"
+    );
+
+    // Re-submit: the DONE runs are skipped, the cancelled one resumes.
+    let out = run_expect(
+        lab(ws.path()).args([
+            "sweep",
+            "run",
+            "sweeps/smoke.toml",
+            "--backend",
+            "slurm",
+            "--gres",
+            "gpu:1",
+        ]),
+        0,
+    );
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("submitted 1 runs"), "{text}");
+    let (array, collect) = job_ids(&text);
+    wait_gone(&array, 600);
+    wait_gone(&collect, 120);
+    eprintln!(
+        "smoke sweep through Slurm, with a preemption and a re-submission: {:.1} s",
+        t0.elapsed().as_secs_f64()
+    );
+    let log = std::fs::read_to_string(victim.join("train.log")).unwrap();
+    assert!(
+        log.contains("interrupted") || log.lines().count() >= 2,
+        "the log shows both attempts:\n{log}"
+    );
+    for run in std::fs::read_dir(runs_dir(ws.path())).unwrap() {
+        let run = run.unwrap().path();
+        assert!(run.join("DONE").exists(), "{} not done", run.display());
+        let name = run.file_name().unwrap();
+        assert_eq!(
+            metrics(&run),
+            metrics(&runs_dir(local.path()).join(name)),
+            "{name:?}: Slurm (preempted or not) == local"
+        );
+    }
+
+    // results.csv: written by the dependent collect job, the same figures as the local run.
+    let csv = std::fs::read_to_string(ws.path().join("checkpoints/smoke/results.csv")).unwrap();
+    let local_csv =
+        std::fs::read_to_string(local.path().join("checkpoints/smoke/results.csv")).unwrap();
+    assert_eq!(csv, local_csv, "Slurm and local results agree");
+    let rows = lab::report::read_csv(&ws.path().join("checkpoints/smoke/results.csv")).unwrap();
+    assert_eq!(rows.len(), 8, "4 runs x 2 evaluated epochs");
+    for r in &rows {
+        for col in [
+            "n_layer",
+            "n_embd",
+            "n_head",
+            "total_params",
+            "non_embedding_params",
+            "epoch",
+            "flops",
+            "val/loss",
+            "eval/creativity",
+            "eval/valid_rate",
+            "eval/utility",
+        ] {
+            assert!(
+                r.num(col).is_some(),
+                "column {col} is a finite number in {}",
+                r.get("run")
+            );
+        }
+        for e in lab::eval::score::ErrorType::ALL {
+            assert!(r.num(&format!("eval/err/{}", e.name())).is_some());
+        }
+    }
+
+    // The report: every figure as SVG and PNG with its CSV, one series per bucket.
+    run_expect(lab(ws.path()).args(["report", "checkpoints/smoke"]), 0);
+    let report = ws.path().join("checkpoints/smoke/report");
+    for stem in [
+        "depth_smoke",
+        "width_smoke",
+        "tradeoff",
+        "errors",
+        "creativity_flops",
+    ] {
+        for ext in ["svg", "png"] {
+            let p = report.join(format!("{stem}.{ext}"));
+            assert!(
+                std::fs::metadata(&p)
+                    .map(|m| m.len() > 1000)
+                    .unwrap_or(false),
+                "{} written",
+                p.display()
+            );
+        }
+        let csv = std::fs::read_to_string(report.join(format!("{stem}.csv"))).unwrap();
+        assert!(
+            csv.lines().next().is_some_and(|h| h.contains(',')),
+            "{stem}.csv has its header"
+        );
+    }
+    let md = std::fs::read_to_string(report.join("report.md")).unwrap();
+    assert!(md.contains("![") && md.contains("depth_smoke.png"));
+    let fl = lab::report::read_csv(&report.join("creativity_flops.csv")).unwrap();
+    assert_eq!(fl.len(), 8);
+    let buckets: std::collections::BTreeSet<&str> = fl.iter().map(|r| r.get("bucket")).collect();
+    assert_eq!(buckets.len(), 1, "one series per bucket: {buckets:?}");
+    let depth = lab::report::read_csv(&report.join("depth_smoke.csv")).unwrap();
+    let depths: std::collections::BTreeSet<&str> = depth.iter().map(|r| r.get("n_layer")).collect();
+    assert_eq!(depths.len(), 2, "both depths in the heatmap");
+}
+
+fn spec(ws: &Path, text: &str) -> PathBuf {
+    let p = ws.join("sweeps/bad.toml");
+    std::fs::write(&p, text).unwrap();
+    p
+}
+
+fn bad_spec(text: &str, needles: &[&str]) {
+    let ws = workspace();
+    let p = spec(ws.path(), text);
+    let out = run_expect(lab(ws.path()).args(["sweep", "plan"]).arg(&p), 2);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(err.trim_end().lines().count(), 1, "one line: {err}");
+    for n in needles {
+        assert!(err.contains(n), "`{n}` missing from {err}");
+    }
+}
+
+#[test]
+fn bad_sweep_specs() {
+    let head = "name = \"bad\"\nbase = \"../configs/tiny.toml\"\n";
+    bad_spec(
+        &format!("{head}[grid.model]\nn_layer = [1]\n[grdi]\n"),
+        &["bad.toml", "unknown field `grdi`"],
+    );
+    bad_spec(
+        &format!("{head}[grid.model]\nn_layers = [1, 2]\n"),
+        &["bad.toml", "model.n_layers", "unknown field"],
+    );
+    bad_spec(
+        &format!("{head}[grid.model]\nn_layer = []\n"),
+        &["bad.toml", "grid.model.n_layer", "empty list"],
+    );
+    bad_spec(head, &["bad.toml", "grid", "empty"]);
+    bad_spec(
+        &format!("{head}[bucket]\ntarget = 1000000\nn_layer = [4]\nn_head = [3, 5]\n"),
+        &[
+            "bad.toml",
+            "bucket.n_head",
+            "no head count in [3, 5] divides E = 128",
+        ],
+    );
+    bad_spec(
+        &format!("{head}[bucket]\ntarget = 100000\nn_layer = [2, 64]\nn_head = [4]\n"),
+        &[
+            "bad.toml",
+            "bucket.n_layer",
+            "L = 64 gives E = 0",
+            "smaller than every head count",
+        ],
+    );
+}
+
+#[test]
+fn slurm_backend_without_sbatch_suggests_local() {
+    let ws = workspace();
+    let empty = tempfile::tempdir().unwrap();
+    let out = run_expect(
+        lab(ws.path()).env("PATH", empty.path()).args([
+            "sweep",
+            "run",
+            "sweeps/smoke.toml",
+            "--backend",
+            "slurm",
+        ]),
+        2,
+    );
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("sbatch not found") && err.contains("--backend local"),
+        "{err}"
+    );
+}
+
+#[test]
+fn a_failed_run_is_shown_with_its_log_and_left_out_of_results() {
+    let ws = workspace();
+    let text = std::fs::read_to_string(ws.path().join("sweeps/smoke.toml"))
+        .unwrap()
+        .replace("name = \"smoke\"", "name = \"faulty\"")
+        .replace(
+            "[grid.model]\nn_layer = [1, 2]\n\n[grid.train]\nseed = [0, 1]",
+            "[grid.train]\nlr = [3e-3, 1e30]",
+        );
+    let p = ws.path().join("sweeps/faulty.toml");
+    std::fs::write(&p, text).unwrap();
+    run_expect(
+        lab(ws.path())
+            .args(["sweep", "run"])
+            .arg(&p)
+            .args(["--backend", "local"]),
+        1,
+    );
+    let out = run_expect(lab(ws.path()).args(["sweep", "status"]).arg(&p), 0);
+    let status = String::from_utf8_lossy(&out.stdout);
+    let failed = status
+        .lines()
+        .find(|l| l.starts_with("failed"))
+        .unwrap_or_else(|| panic!("{status}"));
+    assert!(
+        failed.contains("train.log") && failed.contains("the training loss is"),
+        "{failed}"
+    );
+    assert!(status.contains("1 done, 1 failed"), "{status}");
+    let out = run_expect(lab(ws.path()).args(["sweep", "collect"]).arg(&p), 0);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("left out") && err.contains("failed"), "{err}");
+    let rows = lab::report::read_csv(&ws.path().join("checkpoints/faulty/results.csv")).unwrap();
+    assert_eq!(rows.len(), 2, "only the good run's 2 epochs");
+}
