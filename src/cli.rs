@@ -158,6 +158,9 @@ pub enum SweepCommand {
         /// The device each run trains on.
         #[arg(long, default_value = "auto")]
         device: String,
+        /// Slurm: write the sbatch script and task list, and submit nothing.
+        #[arg(long)]
+        dry_run: bool,
     },
     /// Each run as pending, running, done or failed.
     Status { spec: PathBuf },
@@ -338,6 +341,7 @@ fn run_sweep(cmd: SweepCommand) -> Result<ExitCode> {
             sbatch_arg,
             signal_secs,
             device,
+            dry_run,
         } => {
             let s = Sweep::load(&spec)?;
             let plan = s.plan()?;
@@ -364,9 +368,17 @@ fn run_sweep(cmd: SweepCommand) -> Result<ExitCode> {
                     sbatch_args: sbatch_arg,
                     signal_secs,
                     device,
+                    dry_run,
                 };
                 match sweep::slurm::submit(&s, &plan, &o)? {
                     None => println!("{}: every run is DONE; nothing to submit", s.spec.name),
+                    Some(sub) if dry_run => {
+                        println!(
+                            "wrote {} for {} runs (not submitted)",
+                            sub.script.display(),
+                            sub.tasks
+                        );
+                    }
                     Some(sub) => {
                         println!(
                             "submitted {} runs as job array {} ({})",

@@ -24,6 +24,8 @@ pub struct Options {
     /// Seconds before the time limit at which Slurm sends USR1.
     pub signal_secs: u32,
     pub device: String,
+    /// Write the script and task list, submit nothing.
+    pub dry_run: bool,
 }
 
 /// What was submitted.
@@ -166,7 +168,7 @@ fn sbatch(args: &[String]) -> Result<String> {
 
 /// Write this submission's task list and script, submit the array and the collect job.
 pub fn submit(sweep: &Sweep, plan: &[PlanRow], o: &Options) -> Result<Option<Submitted>> {
-    if !on_path("sbatch") {
+    if !o.dry_run && !on_path("sbatch") {
         bail!(
             "sbatch not found on PATH: this machine is not a Slurm client; run the sweep here with --backend local"
         );
@@ -189,6 +191,15 @@ pub fn submit(sweep: &Sweep, plan: &[PlanRow], o: &Options) -> Result<Option<Sub
         &path,
         script(sweep, &tasks, pending.len(), o, &logs)?.as_bytes(),
     )?;
+    if o.dry_run {
+        return Ok(Some(Submitted {
+            dir,
+            script: path,
+            tasks: pending.len(),
+            array_job: String::new(),
+            collect_job: String::new(),
+        }));
+    }
     let array_job = sbatch(&["--parsable".into(), path.to_string_lossy().into_owned()])?;
     let lab = std::env::current_exe()?;
     let spec = abs(&sweep.spec.path)?;
