@@ -93,6 +93,12 @@ pub enum Command {
         /// Where to write [default: ANSWERS with .scored.jsonl].
         #[arg(long)]
         out: Option<PathBuf>,
+        /// With --sets: CREATE's patience γ for the set score s(S).
+        #[arg(long, default_value_t = 0.9)]
+        gamma: f64,
+        /// With --sets: coverage counts valid paths of at most h + k hops.
+        #[arg(long, default_value_t = 2)]
+        coverage_k: u32,
     },
     /// Sweeps of many runs: plan, run (locally or on Slurm), status, collect.
     #[command(subcommand)]
@@ -188,6 +194,12 @@ pub struct SampleArgs {
     /// Sampling seed: the same seed gives the same samples.
     #[arg(long, default_value_t = 0)]
     seed: u64,
+    /// CREATE's patience γ for the set score s(S).
+    #[arg(long, default_value_t = 0.9)]
+    gamma: f64,
+    /// Coverage counts valid paths of at most h + k hops.
+    #[arg(long, default_value_t = 2)]
+    coverage_k: u32,
 }
 
 impl SampleArgs {
@@ -201,9 +213,14 @@ impl SampleArgs {
         if !(self.top_p > 0.0 && self.top_p <= 1.0) {
             anyhow::bail!("--top-p: must be in (0, 1], got {}", self.top_p);
         }
+        if !(0.0..=1.0).contains(&self.gamma) {
+            anyhow::bail!("--gamma: must be in [0, 1], got {}", self.gamma);
+        }
         let mut s = eval::Settings::greedy(cfg);
         s.samples = self.samples;
         s.seed = self.seed;
+        s.gamma = self.gamma;
+        s.coverage_k = self.coverage_k;
         let sample = match self.decode.as_deref() {
             Some(d) => d == "sample",
             None => self.samples > 1,
@@ -304,7 +321,9 @@ pub fn run(cli: Cli) -> Result<ExitCode> {
             sets,
             prompts,
             out,
-        } => run_score(&data, answers, sets, prompts, out)?,
+            gamma,
+            coverage_k,
+        } => run_score(&data, answers, sets, prompts, out, (gamma, coverage_k))?,
         Command::Query {
             run,
             query,
@@ -503,6 +522,7 @@ fn run_score(
     sets: bool,
     prompts: bool,
     out: Option<PathBuf>,
+    (gamma, coverage_k): (f64, u32),
 ) -> Result<()> {
     let d = DataDir::open(data)?;
     if prompts {
@@ -536,8 +556,13 @@ fn run_score(
         .iter()
         .zip(grouped)
         .filter(|(_, a)| !a.is_empty())
-        .map(|(query, answers)| eval::Answers { query, answers })
+        .map(|(query, answers)| eval::Answers {
+            query,
+            answers,
+            set: None,
+        })
         .collect();
+    let results = eval::with_sets(&d, results, gamma, coverage_k);
     let summary = eval::summarise(&results);
     // The output stem: --out without its .jsonl, or ANSWERS with .scored in place of .jsonl.
     let stem = match out {
@@ -637,6 +662,49 @@ fn run_query(
             } else {
                 &a.output
             }
+        );
+    }
+    if let Some(set) = &results[0].set {
+        let items = eval::sets::items(&results[0].answers);
+        let plain: Vec<eval::sets::Item> = items.iter().map(|(i, _)| i.clone()).collect();
+        let g = eval::sets::greedy(&plain);
+        println!(
+            "set of {} answers: {} distinct valid paths, {} repeated answers; greedy order (CREATE, γ = {}):",
+            set.answers, set.distinct_valid, set.repeats, settings.gamma
+        );
+        for (rank, (&i, &gain)) in g.order.iter().zip(&g.gains).enumerate() {
+            println!(
+                "  {}. {}  f = U·N = {:.3}, min distance {:.3}, contributes γ^{rank}·{gain:.3} = {:.3}",
+                rank + 1,
+                plain[i].key,
+                plain[i].f,
+                if plain[i].f > 0.0 {
+                    gain / plain[i].f
+                } else {
+                    0.0
+                },
+                settings.gamma.powi(rank as i32) * gain
+            );
+        }
+        let pat: Vec<String> = set
+            .patience
+            .iter()
+            .map(|(g, v)| format!("γ={g}: {v:.3}"))
+            .collect();
+        println!(
+            "  s(S) = {:.3}; patience curve {}",
+            set.score,
+            pat.join(", ")
+        );
+        println!(
+            "  coverage: {} of the {} valid paths of at most {} hops = {:.4}",
+            items
+                .iter()
+                .filter(|(_, p)| p.hops() as u32 <= eq.hop + settings.coverage_k)
+                .count(),
+            set.paths_within,
+            eq.hop + settings.coverage_k,
+            set.coverage
         );
     }
     match &reference {

@@ -5,6 +5,7 @@
 pub mod answers;
 pub mod decode;
 pub mod score;
+pub mod sets;
 pub mod summary;
 
 use std::path::{Path, PathBuf};
@@ -32,6 +33,9 @@ pub struct Settings {
     pub batch_rows: usize,
     /// Tokens generated at most per answer: 2·h_max_train + 2 (SPEC §6).
     pub budget: usize,
+    /// CREATE's patience for the set score, and the extra hops coverage counts (SPEC §7).
+    pub gamma: f64,
+    pub coverage_k: u32,
 }
 
 impl Settings {
@@ -50,14 +54,32 @@ impl Settings {
             },
             batch_rows: e.batch_rows as usize,
             budget: 2 * cfg.data.h_max_train as usize + 2,
+            gamma: e.gamma,
+            coverage_k: e.coverage_k,
         }
+    }
+
+    /// The config's per-epoch sampling: `eval.samples` answers with its temperature, top-k
+    /// and top-p (None when `eval.samples` is 0).
+    pub fn sampled(cfg: &Config) -> Option<Settings> {
+        let e = &cfg.eval;
+        (e.samples > 0).then(|| Settings {
+            decode: Decode::Sample {
+                temperature: e.temperature,
+                top_k: e.top_k as usize,
+                top_p: e.top_p,
+            },
+            samples: e.samples as usize,
+            ..Settings::greedy(cfg)
+        })
     }
 }
 
-/// The answers to one query.
+/// The answers to one query, with their set figures when there are several.
 pub struct Answers<'a> {
     pub query: &'a EvalQuery,
     pub answers: Vec<Scored>,
+    pub set: Option<sets::SetFigures>,
 }
 
 impl Answers<'_> {
@@ -98,20 +120,47 @@ pub fn evaluate<'a>(
         seed: s.seed,
     };
     let generated = decoder.run(&prompts, &ids)?;
-    Ok(queries
+    let results = queries
         .iter()
         .zip(generated)
-        .map(|(q, gens)| Answers {
-            query: q,
-            answers: gens
+        .map(|(q, gens)| {
+            let answers = gens
                 .iter()
                 .map(|a| {
                     let text = vocab.decode(&a.tokens);
                     score::score(g, &q.query, Some(&q.path), &text, a.finished, &s.alphas)
                 })
-                .collect(),
+                .collect();
+            Answers {
+                query: q,
+                answers,
+                set: None,
+            }
         })
-        .collect())
+        .collect();
+    Ok(with_sets(data, results, s.gamma, s.coverage_k))
+}
+
+/// Add set figures (patience `gamma`, coverage within h + `coverage_k` hops) to every query
+/// that has several answers.
+pub fn with_sets<'a>(
+    data: &DataDir,
+    mut results: Vec<Answers<'a>>,
+    gamma: f64,
+    coverage_k: u32,
+) -> Vec<Answers<'a>> {
+    let mut searcher = crate::search::Searcher::new(&data.graph);
+    for r in results.iter_mut().filter(|r| r.answers.len() > 1) {
+        r.set = Some(sets::figures(
+            &r.answers,
+            &r.query.query,
+            r.query.hop,
+            coverage_k,
+            gamma,
+            &mut searcher,
+        ));
+    }
+    results
 }
 
 /// The summary of every answer, tagged with its query's hop and level.
@@ -124,24 +173,34 @@ pub fn summarise(results: &[Answers]) -> Summary {
                 .map(move |a| (r.query.hop, r.query.level, a))
         })
         .collect();
-    summary::summarise(&tagged)
+    let sets: Vec<(u32, u32, &sets::SetFigures)> = results
+        .iter()
+        .filter_map(|r| r.set.as_ref().map(|s| (r.query.hop, r.query.level, s)))
+        .collect();
+    summary::summarise(&tagged, &sets)
 }
 
-/// One JSONL line: the spec's fields for a single answer, or `samples` and `distinct_valid`
-/// when there are several.
-pub fn line(id: u32, answers: &[Scored], distinct_valid: usize) -> Value {
+/// One JSONL line: the spec's fields for a single answer, or `samples`, `distinct_valid` and
+/// the set figures when there are several.
+pub fn line(r: &Answers) -> Value {
     let mut m = Map::new();
-    m.insert("id".into(), id.into());
-    if let [one] = answers {
+    m.insert("id".into(), r.query.id.into());
+    if let [one] = r.answers.as_slice() {
         if let Value::Object(fields) = serde_json::to_value(one).expect("scored serializes") {
             m.extend(fields);
         }
     } else {
         m.insert(
             "samples".into(),
-            serde_json::to_value(answers).expect("scored serializes"),
+            serde_json::to_value(&r.answers).expect("scored serializes"),
         );
-        m.insert("distinct_valid".into(), distinct_valid.into());
+        m.insert("distinct_valid".into(), r.distinct_valid().into());
+        if let Some(s) = &r.set {
+            m.insert(
+                "set".into(),
+                serde_json::to_value(s).expect("set serializes"),
+            );
+        }
     }
     Value::Object(m)
 }
@@ -161,7 +220,7 @@ pub fn write(stem: &Path, results: &[Answers], summary: &Summary) -> Result<Path
     }
     let mut text = String::new();
     for r in results {
-        text.push_str(&line(r.query.id, &r.answers, r.distinct_valid()).to_string());
+        text.push_str(&line(r).to_string());
         text.push('\n');
     }
     let jsonl = with_suffix(stem, ".jsonl");
@@ -187,6 +246,25 @@ pub fn figures(prefix: &str, s: &Summary) -> Vec<(String, f64)> {
     ];
     for (k, v) in &f.errors {
         out.push((format!("{prefix}/err/{k}"), *v as f64));
+    }
+    if let Some(set) = &s.set {
+        out.push((format!("{prefix}/set/score"), set.score));
+        out.push((format!("{prefix}/set/coverage"), set.coverage));
+        out.push((format!("{prefix}/set/distinct_valid"), set.distinct_valid));
+        out.push((format!("{prefix}/set/repeats"), set.repeats));
+        out.push((
+            format!("{prefix}/set/mean_distance"),
+            set.mean_distance.unwrap_or(f64::NAN),
+        ));
+        out.push((
+            format!("{prefix}/set/novelty_valid"),
+            set.novelty_valid.unwrap_or(f64::NAN),
+        ));
+        out.push((format!("{prefix}/set/valid_rate"), f.valid_rate));
+        out.push((format!("{prefix}/set/creativity"), f.creativity));
+        for (g, v) in &set.patience {
+            out.push((format!("{prefix}/set/patience_{g}"), *v));
+        }
     }
     out
 }

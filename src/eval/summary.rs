@@ -6,6 +6,7 @@ use std::collections::BTreeMap;
 use serde::{Deserialize, Serialize};
 
 use crate::eval::score::{EdgeError, ErrorType, Scored};
+use crate::eval::sets::{SetFigures, SetMeans};
 
 /// The figures of one group of answers.
 #[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq)]
@@ -85,6 +86,9 @@ pub struct Cell {
     /// novelty_valid over the mean novelty of valid 1-hop answers at the same level (the
     /// same number of constraints): Figure 4's y-axis.
     pub novelty_norm: Option<f64>,
+    /// Set figures averaged over this cell's queries, when several answers were sampled.
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub set: Option<SetMeans>,
 }
 
 /// The summary JSON of an evaluation.
@@ -92,11 +96,15 @@ pub struct Cell {
 pub struct Summary {
     #[serde(flatten)]
     pub figures: Figures,
+    /// Set figures averaged over queries, when several answers were sampled (SPEC §7).
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub set: Option<SetMeans>,
     pub by_hop_level: Vec<Cell>,
 }
 
-/// Summarise answers, each tagged with its query's (hop, level).
-pub fn summarise(answers: &[(u32, u32, &Scored)]) -> Summary {
+/// Summarise answers, each tagged with its query's (hop, level), and the set figures of each
+/// query, tagged likewise (empty when one answer per query was asked for).
+pub fn summarise(answers: &[(u32, u32, &Scored)], sets: &[(u32, u32, &SetFigures)]) -> Summary {
     let mut groups: BTreeMap<(u32, u32), Vec<&Scored>> = BTreeMap::new();
     for &(h, l, s) in answers {
         groups.entry((h, l)).or_default().push(s);
@@ -110,11 +118,21 @@ pub fn summarise(answers: &[(u32, u32, &Scored)]) -> Summary {
         .filter(|(h, _, _)| *h == 1)
         .filter_map(|(_, l, f)| f.novelty_valid.map(|n| (*l, n)))
         .collect();
+    let set_of = |keep: &dyn Fn(u32, u32) -> bool| {
+        let v: Vec<&SetFigures> = sets
+            .iter()
+            .filter(|(h, l, _)| keep(*h, *l))
+            .map(|s| s.2)
+            .collect();
+        (!v.is_empty()).then(|| SetMeans::of(v))
+    };
     Summary {
         figures: Figures::of(answers.iter().map(|a| a.2)),
+        set: set_of(&|_, _| true),
         by_hop_level: cells
             .into_iter()
             .map(|(hop, level, figures)| Cell {
+                set: set_of(&|h, l| h == hop && l == level),
                 novelty_norm: figures
                     .novelty_valid
                     .zip(one_hop.get(&level))

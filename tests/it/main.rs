@@ -8,6 +8,7 @@ mod e2e;
 mod eval_cli;
 mod eval_score;
 mod parity;
+mod sets;
 mod sweep_cli;
 mod tokenizer;
 mod train_cli;
