@@ -357,6 +357,57 @@ pub fn write(input: &Path, out: Option<&Path>) -> Result<PathBuf> {
         "C of every run at every epoch against its cumulative FLOPs",
     )?;
 
+    if rows.iter().any(|r| r.num("eval/set/score").is_some()) {
+        let _ = writeln!(w.md, "## Sets of sampled answers (SPEC §7)\n");
+        for (col, what, stem) in [
+            ("eval/set/score", "set score s(S)", "set_score_flops"),
+            ("eval/set/coverage", "coverage of the valid paths", "coverage_flops"),
+        ] {
+            let mut data = format!("bucket,run,epoch,flops,{col}\n");
+            let mut series = Vec::new();
+            for b in &all_buckets {
+                let mut pts = Vec::new();
+                for r in rows.iter().filter(|r| r.get("bucket") == b) {
+                    if let (Some(f), Some(v)) = (r.num("flops"), r.num(col)) {
+                        let _ = writeln!(data, "{b},{},{},{f},{v}", r.get("run"), r.get("epoch"));
+                        pts.push((f, v));
+                    }
+                }
+                series.push(Series { name: b.clone(), points: pts, line: false, bars: vec![] });
+            }
+            let fig = Figure::Lines {
+                title: format!("{what} against training FLOPs"),
+                x_label: "cumulative training FLOPs".into(),
+                y_label: what.into(),
+                series,
+                log_x: true,
+                log_y: false,
+            };
+            w.figure(stem, &fig, &data, &format!("{what} of every run at every epoch, per bucket"))?;
+        }
+        let mut data = String::from("bucket,run,coverage,novelty_valid\n");
+        let mut series = Vec::new();
+        for b in &all_buckets {
+            let mut pts = Vec::new();
+            for r in finals.iter().filter(|r| r.get("bucket") == b) {
+                if let (Some(c), Some(n)) = (r.num("eval/set/coverage"), r.num("eval/set/novelty_valid")) {
+                    let _ = writeln!(data, "{b},{},{c},{n}", r.get("run"));
+                    pts.push((c, n));
+                }
+            }
+            series.push(Series { name: b.clone(), points: pts, line: false, bars: vec![] });
+        }
+        let fig = Figure::Lines {
+            title: "Novelty against coverage, one point per model".into(),
+            x_label: "coverage of the valid paths".into(),
+            y_label: "mean novelty of valid sampled answers".into(),
+            series,
+            log_x: false,
+            log_y: false,
+        };
+        w.figure("novelty_coverage", &fig, &data, "The novelty–coverage tradeoff measured on sets: a point per model at its last epoch")?;
+    }
+
     let md = out.join("report.md");
     write_atomic(&md, w.md.as_bytes())?;
     Ok(md)
