@@ -221,9 +221,10 @@ impl SampleArgs {
         s.seed = self.seed;
         s.gamma = self.gamma;
         s.coverage_k = self.coverage_k;
+        // Several answers from a hash-conditioned model: greedy, each after its own prefix.
         let sample = match self.decode.as_deref() {
             Some(d) => d == "sample",
-            None => self.samples > 1,
+            None => self.samples > 1 && s.hash_prefix == 0,
         };
         if sample {
             s.decode = Decode::Sample {

@@ -159,6 +159,22 @@ pub struct TrainConfig {
     pub checkpoint_every: u64,
     /// Optimizer steps between `train/*` log lines.
     pub log_every: u64,
+    /// The objective: next-token prediction, or with teacherless copies (Nagarajan et al.
+    /// 2025): a fraction of examples also appear with every path input replaced by `<dummy>`.
+    pub objective: Objective,
+    /// The fraction of examples given a teacherless copy (their code: 0.5).
+    pub teacherless_fraction: f64,
+    /// Hash-conditioning: this many random symbols `#a`…`#9` before every training example,
+    /// fresh per example and epoch; evaluation gives each query (and sample) a fresh prefix.
+    /// 0 turns it off; their code uses 10.
+    pub hash_prefix: u32,
+}
+
+#[derive(Clone, Copy, Debug, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "lowercase")]
+pub enum Objective {
+    Ntp,
+    Teacherless,
 }
 
 impl Default for TrainConfig {
@@ -177,6 +193,9 @@ impl Default for TrainConfig {
             seed: 0,
             checkpoint_every: 500,
             log_every: 10,
+            objective: Objective::Ntp,
+            teacherless_fraction: 0.5,
+            hash_prefix: 0,
         }
     }
 }
@@ -400,17 +419,18 @@ impl Config {
                 ),
             );
         }
-        // The longest sequence: u v [ I ] [ X ] : then a path of h_max_train hops and <eos>.
-        let longest = self.longest_sequence();
+        // The longest sequence: a hash prefix, u v [ I ] [ X ] :, a path of h_max_train hops, <eos>.
+        let longest = self.longest_sequence() + self.train.hash_prefix as u64;
         if (m.n_positions as u64) < longest {
             return err(
                 "model.n_positions",
                 format!(
                     "{} is shorter than the longest sequence ({longest} tokens: data.h_max_train = {}, \
-                     {} constraint labels)",
+                     {} constraint labels, train.hash_prefix = {})",
                     m.n_positions,
                     self.data.h_max_train,
-                    self.max_query_labels()
+                    self.max_query_labels(),
+                    self.train.hash_prefix
                 ),
             );
         }
@@ -457,6 +477,18 @@ impl Config {
         }
         if t.log_every == 0 {
             return err("train.log_every", "must be at least 1".to_string());
+        }
+        if !(0.0..=1.0).contains(&t.teacherless_fraction) {
+            return err(
+                "train.teacherless_fraction",
+                format!("must be in [0, 1], got {}", t.teacherless_fraction),
+            );
+        }
+        if t.hash_prefix > 32 {
+            return err(
+                "train.hash_prefix",
+                format!("must be at most 32, got {}", t.hash_prefix),
+            );
         }
         let e = &self.eval;
         for (field, v) in [

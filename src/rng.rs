@@ -16,6 +16,9 @@ pub enum Purpose {
     Init,
     Order,
     Sampling,
+    Teacherless,
+    Hash,
+    EvalHash,
 }
 
 impl Purpose {
@@ -29,6 +32,9 @@ impl Purpose {
             Purpose::Init => "init",
             Purpose::Order => "order",
             Purpose::Sampling => "sampling",
+            Purpose::Teacherless => "teacherless",
+            Purpose::Hash => "hash",
+            Purpose::EvalHash => "eval-hash",
         }
     }
 }

@@ -18,6 +18,11 @@ pub const RBRACKET: u32 = 5;
 pub const SPECIALS: [&str; 6] = ["<pad>", "<eos>", "<unk>", ":", "[", "]"];
 /// The first label's id.
 const FIRST_LABEL: u32 = SPECIALS.len() as u32;
+/// The input of teacherless training's path positions, after the nodes.
+pub const DUMMY: &str = "<dummy>";
+/// The symbols of hash-conditioning prefixes, written `#a` … `#z`, `#0` … `#9` so that they
+/// never collide with labels; their ids follow `<dummy>`.
+pub const HASH_SYMBOLS: &str = "abcdefghijklmnopqrstuvwxyz0123456789";
 
 /// The lab's vocabulary for one graph: ids are computed, not looked up.
 #[derive(Clone, Copy, Debug)]
@@ -38,9 +43,24 @@ impl Vocab {
         FIRST_LABEL + self.n_labels
     }
 
-    /// Number of real tokens (the model may round its embedding up).
-    pub fn n_tokens(&self) -> u32 {
+    fn end_of_nodes(&self) -> u32 {
         self.first_node() + 26u32.pow(self.node_len)
+    }
+
+    /// Number of real tokens (the model may round its embedding up): specials, labels, nodes,
+    /// then `<dummy>` and the 36 hash symbols, appended so that earlier ids never moved.
+    pub fn n_tokens(&self) -> u32 {
+        self.end_of_nodes() + 1 + HASH_SYMBOLS.len() as u32
+    }
+
+    /// The id of `<dummy>`.
+    pub fn dummy_id(&self) -> u32 {
+        self.end_of_nodes()
+    }
+
+    /// The id of hash symbol `i` (0..36).
+    pub fn hash_id(&self, i: usize) -> u32 {
+        self.end_of_nodes() + 1 + i as u32
     }
 
     pub fn label_id(&self, l: Label) -> u32 {
@@ -60,7 +80,7 @@ impl Vocab {
 
     /// The node an id stands for, if it is a node id.
     pub fn as_node(&self, id: u32) -> Option<Node> {
-        (self.first_node()..self.n_tokens())
+        (self.first_node()..self.end_of_nodes())
             .contains(&id)
             .then(|| id - self.first_node())
     }
@@ -69,6 +89,15 @@ impl Vocab {
     pub fn token_id(&self, tok: &str) -> u32 {
         if let Some(i) = SPECIALS.iter().position(|s| *s == tok) {
             return i as u32;
+        }
+        if tok == DUMMY {
+            return self.dummy_id();
+        }
+        if let Some(c) = tok.strip_prefix('#')
+            && c.len() == 1
+            && let Some(i) = HASH_SYMBOLS.find(c)
+        {
+            return self.hash_id(i);
         }
         let b = tok.as_bytes();
         if b.len() == 1 && b[0].is_ascii_lowercase() && ((b[0] - b'a') as u32) < self.n_labels {
@@ -88,6 +117,13 @@ impl Vocab {
         }
         if let Some(l) = self.as_label(id) {
             return label_char(l).to_string();
+        }
+        if id == self.dummy_id() {
+            return DUMMY.to_string();
+        }
+        if id > self.dummy_id() && id < self.n_tokens() {
+            let i = (id - self.dummy_id() - 1) as usize;
+            return format!("#{}", &HASH_SYMBOLS[i..i + 1]);
         }
         if let Some(x) = self.as_node(id) {
             let mut s = String::new();
@@ -113,7 +149,7 @@ impl Vocab {
     }
 
     /// The HF tokenizer: WordLevel over every token, split on whitespace, with `<pad>`,
-    /// `<eos>` and `<unk>` registered as special tokens.
+    /// `<eos>`, `<unk>` and `<dummy>` registered as special tokens.
     pub fn hf_tokenizer(&self) -> Result<Tokenizer> {
         let vocab: ahash::AHashMap<String, u32> =
             (0..self.n_tokens()).map(|i| (self.token(i), i)).collect();
@@ -127,6 +163,7 @@ impl Vocab {
         tok.add_special_tokens(
             SPECIALS[..3]
                 .iter()
+                .chain(std::iter::once(&DUMMY))
                 .map(|s| AddedToken::from(s.to_string(), true)),
         )
         .map_err(|e| anyhow!("building the tokenizer: {e}"))?;
@@ -155,7 +192,12 @@ mod tests {
     #[test]
     fn layout_matches_spec() {
         let v = vocab();
-        assert_eq!(v.n_tokens(), 6 + 26 + 676);
+        assert_eq!(v.n_tokens(), 6 + 26 + 676 + 1 + 36);
+        assert_eq!(v.token_id("<dummy>"), 708);
+        assert_eq!(v.token_id("#a"), 709);
+        assert_eq!(v.token_id("#9"), 744);
+        assert_eq!(v.token(744), "#9");
+        assert_eq!(v.token_id("#"), UNK);
         assert_eq!(v.token_id("<pad>"), 0);
         assert_eq!(v.token_id("]"), 5);
         assert_eq!(v.token_id("a"), 6);

@@ -36,6 +36,9 @@ pub struct Settings {
     /// CREATE's patience for the set score, and the extra hops coverage counts (SPEC §7).
     pub gamma: f64,
     pub coverage_k: u32,
+    /// Hash symbols before every prompt, fresh per query and sample (0: none): the model's
+    /// `train.hash_prefix`.
+    pub hash_prefix: usize,
 }
 
 impl Settings {
@@ -56,18 +59,24 @@ impl Settings {
             budget: 2 * cfg.data.h_max_train as usize + 2,
             gamma: e.gamma,
             coverage_k: e.coverage_k,
+            hash_prefix: cfg.train.hash_prefix as usize,
         }
     }
 
     /// The config's per-epoch sampling: `eval.samples` answers with its temperature, top-k
-    /// and top-p (None when `eval.samples` is 0).
+    /// and top-p (None when `eval.samples` is 0). A hash-conditioned model decodes greedily,
+    /// each answer after its own fresh prefix: hash-conditioned sampling.
     pub fn sampled(cfg: &Config) -> Option<Settings> {
         let e = &cfg.eval;
         (e.samples > 0).then(|| Settings {
-            decode: Decode::Sample {
-                temperature: e.temperature,
-                top_k: e.top_k as usize,
-                top_p: e.top_p,
+            decode: if cfg.train.hash_prefix > 0 {
+                Decode::Greedy
+            } else {
+                Decode::Sample {
+                    temperature: e.temperature,
+                    top_k: e.top_k as usize,
+                    top_p: e.top_p,
+                }
             },
             samples: e.samples as usize,
             ..Settings::greedy(cfg)
@@ -286,7 +295,25 @@ pub fn epoch(
         &results,
         &summary,
     )?;
-    Ok(figures("eval", &summary))
+    let mut out = figures("eval", &summary);
+    if let Some(s) = Settings::sampled(cfg) {
+        // The sampled answers' set figures are logged under eval/set/*.
+        let results = evaluate(model, data, &queries, &s)?;
+        let summary = summarise(&results);
+        write(
+            &run_dir
+                .join("eval")
+                .join(format!("epoch-{epoch:02}.samples")),
+            &results,
+            &summary,
+        )?;
+        out.extend(
+            figures("eval", &summary)
+                .into_iter()
+                .filter(|(k, _)| k.starts_with("eval/set/")),
+        );
+    }
+    Ok(out)
 }
 
 /// Which checkpoint of a run to evaluate.
@@ -370,6 +397,23 @@ pub fn report(title: &str, s: &Summary) -> String {
         "  hallucinated edges: {} with no edge, {} with a wrong label; valid answers repeating a node: {}; equal to the reference: {}",
         f.edge_errors["no_edge"], f.edge_errors["wrong_label"], f.repeats_node, f.is_reference
     );
+    if let Some(set) = &s.set {
+        let pat: Vec<String> = set
+            .patience
+            .iter()
+            .map(|(g, v)| format!("γ={g}: {v:.3}"))
+            .collect();
+        let _ = writeln!(
+            out,
+            "  sets of answers: s(S) {:.4}, coverage {:.4}, {:.2} distinct valid paths and {:.2} repeats per query, mean distance {}",
+            set.score,
+            set.coverage,
+            set.distinct_valid,
+            set.repeats,
+            set.mean_distance.map_or("-".into(), |d| format!("{d:.3}"))
+        );
+        let _ = writeln!(out, "  patience curve: {}", pat.join(", "));
+    }
     let _ = writeln!(
         out,
         "  {:>4} {:>6} {:>8} {:>11} {:>9}",

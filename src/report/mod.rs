@@ -361,7 +361,11 @@ pub fn write(input: &Path, out: Option<&Path>) -> Result<PathBuf> {
         let _ = writeln!(w.md, "## Sets of sampled answers (SPEC §7)\n");
         for (col, what, stem) in [
             ("eval/set/score", "set score s(S)", "set_score_flops"),
-            ("eval/set/coverage", "coverage of the valid paths", "coverage_flops"),
+            (
+                "eval/set/coverage",
+                "coverage of the valid paths",
+                "coverage_flops",
+            ),
         ] {
             let mut data = format!("bucket,run,epoch,flops,{col}\n");
             let mut series = Vec::new();
@@ -373,7 +377,12 @@ pub fn write(input: &Path, out: Option<&Path>) -> Result<PathBuf> {
                         pts.push((f, v));
                     }
                 }
-                series.push(Series { name: b.clone(), points: pts, line: false, bars: vec![] });
+                series.push(Series {
+                    name: b.clone(),
+                    points: pts,
+                    line: false,
+                    bars: vec![],
+                });
             }
             let fig = Figure::Lines {
                 title: format!("{what} against training FLOPs"),
@@ -383,19 +392,31 @@ pub fn write(input: &Path, out: Option<&Path>) -> Result<PathBuf> {
                 log_x: true,
                 log_y: false,
             };
-            w.figure(stem, &fig, &data, &format!("{what} of every run at every epoch, per bucket"))?;
+            w.figure(
+                stem,
+                &fig,
+                &data,
+                &format!("{what} of every run at every epoch, per bucket"),
+            )?;
         }
         let mut data = String::from("bucket,run,coverage,novelty_valid\n");
         let mut series = Vec::new();
         for b in &all_buckets {
             let mut pts = Vec::new();
             for r in finals.iter().filter(|r| r.get("bucket") == b) {
-                if let (Some(c), Some(n)) = (r.num("eval/set/coverage"), r.num("eval/set/novelty_valid")) {
+                if let (Some(c), Some(n)) =
+                    (r.num("eval/set/coverage"), r.num("eval/set/novelty_valid"))
+                {
                     let _ = writeln!(data, "{b},{},{c},{n}", r.get("run"));
                     pts.push((c, n));
                 }
             }
-            series.push(Series { name: b.clone(), points: pts, line: false, bars: vec![] });
+            series.push(Series {
+                name: b.clone(),
+                points: pts,
+                line: false,
+                bars: vec![],
+            });
         }
         let fig = Figure::Lines {
             title: "Novelty against coverage, one point per model".into(),
@@ -405,7 +426,12 @@ pub fn write(input: &Path, out: Option<&Path>) -> Result<PathBuf> {
             log_x: false,
             log_y: false,
         };
-        w.figure("novelty_coverage", &fig, &data, "The novelty–coverage tradeoff measured on sets: a point per model at its last epoch")?;
+        w.figure(
+            "novelty_coverage",
+            &fig,
+            &data,
+            "The novelty–coverage tradeoff measured on sets: a point per model at its last epoch",
+        )?;
     }
 
     let md = out.join("report.md");

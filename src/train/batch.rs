@@ -1,11 +1,77 @@
 //! Batches for the causal LM (SPEC §5): sequences packed back to back (no padding work), the
-//! loss masked to the path tokens and `<eos>`, and the epoch order drawn from the seed.
+//! loss masked to the path tokens and `<eos>`, and each epoch's parts: the examples in an
+//! order drawn from the seed, with teacherless copies and hash prefixes when configured.
 
 use candle_core::{Device, Result, Tensor};
+use rand::Rng;
 use rand::seq::SliceRandom;
+use rand_chacha::ChaCha8Rng;
 
+use crate::config::{Objective, TrainConfig};
 use crate::rng::{Purpose, stream};
+use crate::tokenizer::{HASH_SYMBOLS, Vocab};
 use crate::train::tokens::Sequences;
+
+/// How one sequence enters a batch.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Part {
+    pub seq: usize,
+    /// Teacherless: every path input (after `:`) becomes `<dummy>`; the labels stay.
+    pub teacherless: bool,
+    /// Hash-conditioning symbols before the sequence (no loss on them).
+    pub prefix: Vec<u32>,
+}
+
+impl Part {
+    pub fn plain(seq: usize) -> Part {
+        Part {
+            seq,
+            teacherless: false,
+            prefix: Vec::new(),
+        }
+    }
+}
+
+/// `n` hash symbols drawn from `rng`.
+pub fn hash_prefix(vocab: &Vocab, rng: &mut ChaCha8Rng, n: usize) -> Vec<u32> {
+    (0..n)
+        .map(|_| vocab.hash_id(rng.random_range(0..HASH_SYMBOLS.len())))
+        .collect()
+}
+
+/// The examples that get a teacherless copy: each with probability `fraction`, drawn once
+/// for the run from its seed.
+pub fn teacherless_examples(n: usize, seed: u64, fraction: f64) -> Vec<usize> {
+    let mut rng = stream(seed, Purpose::Teacherless, 0);
+    (0..n).filter(|_| rng.random_bool(fraction)).collect()
+}
+
+/// The parts of epoch `epoch`: every example once, plus its teacherless copy when it has one,
+/// in an order drawn from the run seed and the epoch, each with a fresh hash prefix when
+/// `hash_prefix` > 0. Resuming recomputes the same parts.
+pub fn epoch_parts(
+    n: usize,
+    t: &TrainConfig,
+    teacherless: &[usize],
+    vocab: &Vocab,
+    epoch: u64,
+) -> Vec<Part> {
+    let mut parts: Vec<Part> = (0..n).map(Part::plain).collect();
+    if t.objective == Objective::Teacherless {
+        parts.extend(teacherless.iter().map(|&i| Part {
+            teacherless: true,
+            ..Part::plain(i)
+        }));
+    }
+    parts.shuffle(&mut stream(t.seed, Purpose::Order, epoch));
+    if t.hash_prefix > 0 {
+        let mut rng = stream(t.seed, Purpose::Hash, epoch);
+        for p in parts.iter_mut() {
+            p.prefix = hash_prefix(vocab, &mut rng, t.hash_prefix as usize);
+        }
+    }
+    parts
+}
 
 /// One batch, ready for the model. Sequences are packed back to back, without padding: the
 /// kernels never spend work on padding.
@@ -27,21 +93,31 @@ pub struct Batch {
     pub t: usize,
 }
 
-/// Input ids, loss rows and targets of sequences `idx`.
-pub fn make(seqs: &Sequences, idx: &[usize], device: &Device) -> Result<Batch> {
+/// Input ids, loss rows and targets of `parts`; `dummy` is the `<dummy>` id.
+pub fn make(seqs: &Sequences, parts: &[Part], dummy: u32, device: &Device) -> Result<Batch> {
     let (mut ids, mut pos, mut lens) = (Vec::new(), Vec::new(), Vec::new());
     let (mut rows, mut targets) = (Vec::new(), Vec::new());
-    for &i in idx {
-        let s = seqs.get(i);
+    for part in parts {
+        let s = seqs.get(part.seq);
         let n = s.len() - 1;
-        // Position p predicts s[p + 1]; the loss covers the path tokens and <eos>.
-        for p in seqs.prompt_len[i] as usize - 1..n {
-            rows.push((ids.len() + p) as u32);
-            targets.push(s[p + 1]);
+        let m = seqs.prompt_len[part.seq] as usize;
+        let start = ids.len() + part.prefix.len();
+        // Input position j of the sequence predicts s[j + 1]; the loss covers the path tokens
+        // and <eos>, predicted from `:` and the path positions.
+        for j in m - 1..n {
+            rows.push((start + j) as u32);
+            targets.push(s[j + 1]);
         }
-        ids.extend_from_slice(&s[..n]);
-        pos.extend(0..n as u32);
-        lens.push(n);
+        ids.extend_from_slice(&part.prefix);
+        ids.extend_from_slice(&s[..m]);
+        if part.teacherless {
+            ids.extend(std::iter::repeat_n(dummy, n - m));
+        } else {
+            ids.extend_from_slice(&s[m..n]);
+        }
+        let len = part.prefix.len() + n;
+        pos.extend(0..len as u32);
+        lens.push(len);
     }
     let (tokens, loss_tokens) = (ids.len(), rows.len());
     Ok(Batch {
@@ -54,13 +130,6 @@ pub fn make(seqs: &Sequences, idx: &[usize], device: &Device) -> Result<Batch> {
         tokens,
         loss_tokens,
     })
-}
-
-/// The order of epoch `epoch`: a permutation of 0..n drawn from the run seed.
-pub fn epoch_order(n: usize, seed: u64, epoch: u64) -> Vec<usize> {
-    let mut order: Vec<usize> = (0..n).collect();
-    order.shuffle(&mut stream(seed, Purpose::Order, epoch));
-    order
 }
 
 #[cfg(test)]
@@ -79,7 +148,7 @@ mod tests {
             "AB AC [ ] [ ] : AB a AD b AC <eos>".to_string(),
         ];
         let s = Sequences::from_lines(&v, &lines).unwrap();
-        let b = make(&s, &[0, 1], &Device::Cpu).unwrap();
+        let b = make(&s, &[Part::plain(0), Part::plain(1)], 0, &Device::Cpu).unwrap();
         // 12 and 13 tokens; inputs drop the final <eos>: 11 + 12 = 23 packed rows.
         assert_eq!(b.lens, vec![11, 12]);
         assert_eq!(b.t, 12);
@@ -102,10 +171,106 @@ mod tests {
     }
 
     #[test]
+    fn teacherless_layout_and_masking() {
+        let v = Vocab {
+            node_len: 2,
+            n_labels: 26,
+        };
+        let s = Sequences::from_lines(&v, &["AA QR [ c ] [ ] : AA c KL b QR <eos>".to_string()])
+            .unwrap();
+        let d = v.dummy_id();
+        let part = Part {
+            teacherless: true,
+            ..Part::plain(0)
+        };
+        let b = make(&s, &[part], d, &Device::Cpu).unwrap();
+        // Inputs: the prompt through `:` as is, then <dummy> for every path input
+        // (AA c KL b QR; <eos> is never an input).
+        let ids: Vec<u32> = b.ids.to_vec1().unwrap();
+        let mut want = v.encode("AA QR [ c ] [ ] :");
+        want.extend([d; 5]);
+        assert_eq!(ids, want);
+        // Labels: the real path and <eos>, predicted from `:` (row 7) and the dummies (8..=12);
+        // no loss on the prompt, and no dummy is ever a target.
+        let rows: Vec<u32> = b.rows.to_vec1().unwrap();
+        let targets: Vec<u32> = b.targets.to_vec1().unwrap();
+        assert_eq!(rows, vec![7, 8, 9, 10, 11, 12]);
+        assert_eq!(targets, v.encode("AA c KL b QR <eos>"));
+        // The plain part has the same rows and targets and the real inputs.
+        let p = make(&s, &[Part::plain(0)], d, &Device::Cpu).unwrap();
+        assert_eq!(p.rows.to_vec1::<u32>().unwrap(), rows);
+        assert_eq!(p.targets.to_vec1::<u32>().unwrap(), targets);
+        assert_eq!(
+            p.ids.to_vec1::<u32>().unwrap(),
+            v.encode("AA QR [ c ] [ ] : AA c KL b QR")
+        );
+    }
+
+    #[test]
+    fn hash_prefixes_are_fresh_per_example_and_epoch_and_reproducible() {
+        let v = Vocab {
+            node_len: 2,
+            n_labels: 26,
+        };
+        let t = TrainConfig {
+            hash_prefix: 10,
+            ..TrainConfig::default()
+        };
+        let e0 = epoch_parts(50, &t, &[], &v, 0);
+        let e1 = epoch_parts(50, &t, &[], &v, 1);
+        assert_eq!(
+            e0,
+            epoch_parts(50, &t, &[], &v, 0),
+            "reproducible from the seed"
+        );
+        let prefixes = |e: &[Part]| {
+            e.iter()
+                .map(|p| p.prefix.clone())
+                .collect::<std::collections::BTreeSet<_>>()
+        };
+        assert_eq!(prefixes(&e0).len(), 50, "every example its own prefix");
+        assert!(
+            prefixes(&e0).is_disjoint(&prefixes(&e1)),
+            "fresh every epoch"
+        );
+        for p in &e0 {
+            assert_eq!(p.prefix.len(), 10);
+            assert!(p.prefix.iter().all(|&id| v.token(id).starts_with('#')));
+        }
+        let s = Sequences::from_lines(&v, &["AA QR [ ] [ ] : AA c QR <eos>".to_string()]).unwrap();
+        let part = Part {
+            prefix: e0[0].prefix.clone(),
+            ..Part::plain(0)
+        };
+        let b = make(&s, &[part], v.dummy_id(), &Device::Cpu).unwrap();
+        // The prefix takes positions 0..10; the loss rows move with it and never cover it.
+        assert_eq!(b.rows.to_vec1::<u32>().unwrap(), vec![16, 17, 18, 19]);
+        assert_eq!(&b.pos.to_vec1::<u32>().unwrap()[..3], &[0, 1, 2]);
+        let mut t2 = t.clone();
+        t2.seed = 1;
+        assert_ne!(
+            prefixes(&e0),
+            prefixes(&epoch_parts(50, &t2, &[], &v, 0)),
+            "another seed, other prefixes"
+        );
+    }
+
+    #[test]
     fn orders_are_reproducible_permutations() {
-        let a = epoch_order(100, 1, 0);
-        assert_eq!(a, epoch_order(100, 1, 0));
-        assert_ne!(a, epoch_order(100, 1, 1));
+        let v = Vocab {
+            node_len: 2,
+            n_labels: 26,
+        };
+        let t = TrainConfig::default();
+        let seqs = |e| {
+            epoch_parts(100, &t, &[], &v, e)
+                .iter()
+                .map(|p| p.seq)
+                .collect::<Vec<_>>()
+        };
+        let a = seqs(0);
+        assert_eq!(a, seqs(0));
+        assert_ne!(a, seqs(1));
         let mut s = a.clone();
         s.sort_unstable();
         assert_eq!(s, (0..100).collect::<Vec<_>>());

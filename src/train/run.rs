@@ -114,11 +114,13 @@ fn prepare_run_dir(cfg: &Config, run_dir: &Path, resume: bool) -> Result<()> {
 
 /// Masked validation loss averaged over tokens (SPEC §5): every eval query followed by its
 /// reference path.
+/// The sequences are plain (no teacherless inputs, no hash prefix) whatever the objective, so
+/// that losses compare across objectives.
 pub fn validation_loss(model: &Gpt, val: &Sequences, batch_size: usize) -> Result<f64> {
     let (mut total, mut n) = (0f64, 0usize);
-    let idx: Vec<usize> = (0..val.len()).collect();
-    for chunk in idx.chunks(batch_size) {
-        let b = batch::make(val, chunk, model.device())?;
+    let parts: Vec<batch::Part> = (0..val.len()).map(batch::Part::plain).collect();
+    for chunk in parts.chunks(batch_size) {
+        let b = batch::make(val, chunk, 0, model.device())?;
         let h = model.hidden(&b.ids, &b.pos, &b.lens)?;
         let l = model.loss(&h, &b.rows, &b.targets)?.to_scalar::<f32>()? as f64;
         total += l * b.loss_tokens as f64;
@@ -194,7 +196,16 @@ fn train_in(
 
     let gcfg = GptConfig::new(cfg, data.vocab().n_tokens());
     let b = cfg.train.batch_size as usize;
-    let steps_per_epoch = cache.train.len().div_ceil(b) as u64;
+    let vocab = data.vocab();
+    let teacherless = match cfg.train.objective {
+        crate::config::Objective::Ntp => Vec::new(),
+        crate::config::Objective::Teacherless => batch::teacherless_examples(
+            cache.train.len(),
+            cfg.train.seed,
+            cfg.train.teacherless_fraction,
+        ),
+    };
+    let steps_per_epoch = (cache.train.len() + teacherless.len()).div_ceil(b) as u64;
     let total_steps = steps_per_epoch * cfg.train.epochs as u64;
     let info = RunInfo {
         run_hash: cfg.run_hash(),
@@ -242,7 +253,7 @@ fn train_in(
             lab_version: env!("CARGO_PKG_VERSION").to_string(),
             run_hash: cfg.run_hash(),
             rng: format!(
-                "ChaCha8 streams from train.seed = {}: init, and batch order per epoch",
+                "ChaCha8 streams from train.seed = {}: init, teacherless copies, and per epoch the order and hash prefixes",
                 cfg.train.seed
             ),
             ..TrainerState::default()
@@ -285,7 +296,13 @@ fn train_in(
         if lp.state.epoch >= cfg.train.epochs as u64 {
             break 'run Ending::Done;
         }
-        let order = batch::epoch_order(cache.train.len(), cfg.train.seed, lp.state.epoch);
+        let parts = batch::epoch_parts(
+            cache.train.len(),
+            &cfg.train,
+            &teacherless,
+            &vocab,
+            lp.state.epoch,
+        );
         while lp.state.batch < steps_per_epoch {
             if opts.max_steps.is_some_and(|m| lp.state.step >= m) {
                 lp.checkpoint()?;
@@ -296,8 +313,8 @@ fn train_in(
                 break 'run Ending::Interrupted;
             }
             let start = lp.state.batch as usize * b;
-            let idx = &order[start..(start + b).min(order.len())];
-            let batch = batch::make(&cache.train, idx, device)?;
+            let chunk = &parts[start..(start + b).min(parts.len())];
+            let batch = batch::make(&cache.train, chunk, vocab.dummy_id(), device)?;
             let t0 = Instant::now();
             let lr = sched.lr(lp.state.step);
             let (loss, grads) = step(&lp, &batch)

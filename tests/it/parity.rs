@@ -199,6 +199,15 @@ fn loss_and_every_gradient_match_pytorch() {
 }
 
 #[test]
+fn teacherless_loss_and_gradients_match_pytorch() {
+    // Path inputs replaced by the fixture's dummy id, labels unchanged.
+    let f = Fixture::load();
+    for k in [Kernels::Fused, Kernels::Composed] {
+        check_loss_and_grads(&f, k, "teacherless.ids", "teacherless.");
+    }
+}
+
+#[test]
 fn every_parameter_gets_a_nonzero_gradient() {
     // The trap of candle-nn's fused LayerNorm: gradients silently stop at every norm.
     let f = Fixture::load();
