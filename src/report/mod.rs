@@ -321,6 +321,7 @@ pub fn write(input: &Path, out: Option<&Path>) -> Result<PathBuf> {
             })
             .collect(),
         series,
+        spread: None,
     };
     w.figure("errors", &fig, &data, "Error types by bucket, log scale")?;
 
@@ -434,7 +435,82 @@ pub fn write(input: &Path, out: Option<&Path>) -> Result<PathBuf> {
         )?;
     }
 
+    objectives(&mut w, &finals)?;
+
     let md = out.join("report.md");
     write_atomic(&md, w.md.as_bytes())?;
     Ok(md)
+}
+
+/// When runs differ by objective or hash prefix: greedy creativity, set score and coverage per
+/// setting at the last epoch, as mean ± standard deviation over seeds.
+fn objectives(w: &mut Writer, finals: &[&Row]) -> Result<()> {
+    let axes = ["axis:train.objective", "axis:train.hash_prefix"];
+    if !finals
+        .iter()
+        .any(|r| axes.iter().any(|a| !r.get(a).is_empty()))
+    {
+        return Ok(());
+    }
+    let label = |r: &Row| {
+        let obj = if r.get(axes[0]).is_empty() {
+            "ntp"
+        } else {
+            r.get(axes[0])
+        };
+        let hash = r.get(axes[1]);
+        if hash.is_empty() || hash == "0" {
+            obj.to_string()
+        } else {
+            format!("{obj} + hash {hash}")
+        }
+    };
+    let mut groups: BTreeMap<String, Vec<&Row>> = BTreeMap::new();
+    for r in finals {
+        groups.entry(label(r)).or_default().push(r);
+    }
+    let cats: Vec<String> = groups.keys().cloned().collect();
+    let mut data = String::from("setting,metric,mean,std,runs\n");
+    let (mut series, mut spread) = (Vec::new(), Vec::new());
+    for (col, name) in [
+        ("eval/creativity", "greedy creativity C"),
+        ("eval/set/score", "set score s(S)"),
+        ("eval/set/coverage", "coverage x 100"),
+    ] {
+        let scale = if col.ends_with("coverage") {
+            100.0
+        } else {
+            1.0
+        };
+        let (mut means, mut stds) = (Vec::new(), Vec::new());
+        for (g, rows) in &groups {
+            let v: Vec<f64> = rows
+                .iter()
+                .filter_map(|r| r.num(col))
+                .map(|x| x * scale)
+                .collect();
+            let m = v.iter().sum::<f64>() / v.len().max(1) as f64;
+            let sd = (v.iter().map(|x| (x - m).powi(2)).sum::<f64>() / (v.len().max(2) - 1) as f64)
+                .sqrt();
+            let _ = writeln!(data, "{g},{col},{},{},{}", m / scale, sd / scale, v.len());
+            means.push(m);
+            stds.push(sd);
+        }
+        series.push((name.to_string(), means));
+        spread.push(stds);
+    }
+    let _ = writeln!(w.md, "## Training objectives\n");
+    let fig = Figure::Bars {
+        title: "Objectives at the last epoch (mean ± std over seeds)".into(),
+        y_label: "value".into(),
+        categories: cats,
+        series,
+        spread: Some(spread),
+    };
+    w.figure(
+        "objectives",
+        &fig,
+        &data,
+        "Greedy creativity, set score and coverage per objective and hash setting",
+    )
 }

@@ -44,6 +44,8 @@ pub enum Figure {
         y_label: String,
         categories: Vec<String>,
         series: Vec<(String, Vec<f64>)>,
+        /// Error bar half-widths per series and category (linear scale), or a log y axis.
+        spread: Option<Vec<Vec<f64>>>,
     },
 }
 
@@ -70,7 +72,8 @@ impl Figure {
                 y_label,
                 categories,
                 series,
-            } => bars(root, title, y_label, categories, series),
+                spread,
+            } => bars(root, title, y_label, categories, series, spread.as_deref()),
         }
     }
 }
@@ -358,67 +361,99 @@ pub fn lines<DB: DrawingBackend>(
     Ok(())
 }
 
-/// Grouped bars on a log y axis: one group per category, one bar per series.
+/// Grouped bars: one group per category, one bar per series. Without `spread` the y axis is
+/// logarithmic; with it, linear, with ± error bars.
 pub fn bars<DB: DrawingBackend>(
     root: &DrawingArea<DB, Shift>,
     title: &str,
     y_label: &str,
     categories: &[String],
     series: &[(String, Vec<f64>)],
+    spread: Option<&[Vec<f64>]>,
 ) -> Result<()> {
-    let max = series
+    let top = series
         .iter()
-        .flat_map(|s| s.1.iter().copied())
+        .enumerate()
+        .flat_map(|(j, s)| {
+            s.1.iter()
+                .enumerate()
+                .map(move |(i, v)| v + spread.map_or(0.0, |e| e[j][i]))
+        })
         .fold(1.0f64, f64::max);
     let n = categories.len().max(1);
     let k = series.len().max(1);
-    let mut chart = ChartBuilder::on(root)
-        .caption(title, ("sans-serif", 22))
+    let w = 0.8 / k as f64;
+    let cats = categories.to_vec();
+    macro_rules! draw {
+        ($chart:expr, $base:expr) => {{
+            let mut chart = $chart;
+            chart
+                .configure_mesh()
+                .disable_x_mesh()
+                .x_labels(n * 2 + 1)
+                .x_label_formatter(&|x| {
+                    let i = x.floor() as usize;
+                    if (x - i as f64 - 0.5).abs() < 1e-6 {
+                        cats.get(i).cloned().unwrap_or_default()
+                    } else {
+                        String::new()
+                    }
+                })
+                .y_desc(y_label)
+                .label_style(("sans-serif", 12))
+                .draw()
+                .map_err(err)?;
+            for (j, (name, vals)) in series.iter().enumerate() {
+                let c = color(j);
+                let anno = chart
+                    .draw_series(vals.iter().enumerate().filter(|(_, v)| **v > 0.0).map(
+                        |(i, &v)| {
+                            let x = i as f64 + 0.1 + j as f64 * w;
+                            Rectangle::new([(x, $base), (x + w * 0.95, v)], c.filled())
+                        },
+                    ))
+                    .map_err(err)?;
+                anno.label(name.clone()).legend(move |(x, y)| {
+                    Rectangle::new([(x, y - 5), (x + 12, y + 5)], c.filled())
+                });
+                if let Some(e) = spread {
+                    chart
+                        .draw_series(vals.iter().enumerate().map(|(i, &v)| {
+                            let x = i as f64 + 0.1 + (j as f64 + 0.475) * w;
+                            PathElement::new(
+                                vec![(x, (v - e[j][i]).max($base)), (x, v + e[j][i])],
+                                BLACK.stroke_width(2),
+                            )
+                        }))
+                        .map_err(err)?;
+                }
+            }
+            chart
+                .configure_series_labels()
+                .background_style(WHITE.mix(0.85))
+                .border_style(BLACK)
+                .label_font(("sans-serif", 13))
+                .draw()
+                .map_err(err)?;
+        }};
+    }
+    let mut b = ChartBuilder::on(root);
+    b.caption(title, ("sans-serif", 22))
         .margin(15)
         .x_label_area_size(60)
-        .y_label_area_size(70)
-        .build_cartesian_2d(0f64..n as f64, (0.5f64..max * 2.0).log_scale())
-        .map_err(err)?;
-    let cats = categories.to_vec();
-    chart
-        .configure_mesh()
-        .disable_x_mesh()
-        .x_labels(n * 2 + 1)
-        .x_label_formatter(&|x| {
-            let i = x.floor() as usize;
-            if (x - i as f64 - 0.5).abs() < 1e-6 {
-                cats.get(i).cloned().unwrap_or_default()
-            } else {
-                String::new()
-            }
-        })
-        .y_desc(y_label)
-        .label_style(("sans-serif", 12))
-        .draw()
-        .map_err(err)?;
-    let w = 0.8 / k as f64;
-    for (j, (name, vals)) in series.iter().enumerate() {
-        let c = color(j);
-        let anno = chart
-            .draw_series(
-                vals.iter()
-                    .enumerate()
-                    .filter(|(_, v)| **v > 0.0)
-                    .map(|(i, &v)| {
-                        let x = i as f64 + 0.1 + j as f64 * w;
-                        Rectangle::new([(x, 0.5), (x + w * 0.95, v)], c.filled())
-                    }),
-            )
-            .map_err(err)?;
-        anno.label(name.clone())
-            .legend(move |(x, y)| Rectangle::new([(x, y - 5), (x + 12, y + 5)], c.filled()));
+        .y_label_area_size(70);
+    if spread.is_some() {
+        draw!(
+            b.build_cartesian_2d(0f64..n as f64, 0f64..top * 1.15)
+                .map_err(err)?,
+            0.0
+        );
+    } else {
+        draw!(
+            b.build_cartesian_2d(0f64..n as f64, (0.5f64..top * 2.0).log_scale())
+                .map_err(err)?,
+            0.5
+        );
     }
-    chart
-        .configure_series_labels()
-        .background_style(WHITE.mix(0.85))
-        .border_style(BLACK)
-        .label_font(("sans-serif", 13))
-        .draw()
-        .map_err(err)?;
     Ok(())
 }
