@@ -326,80 +326,33 @@ pub fn write(input: &Path, out: Option<&Path>) -> Result<PathBuf> {
     w.figure("errors", &fig, &data, "Error types by bucket, log scale")?;
 
     let _ = writeln!(w.md, "## Creativity against compute\n");
-    let mut data = String::from("bucket,run,epoch,flops,creativity\n");
-    let mut series = Vec::new();
-    for b in &all_buckets {
-        let mut pts = Vec::new();
-        for r in rows.iter().filter(|r| r.get("bucket") == b) {
-            if let (Some(f), Some(c)) = (r.num("flops"), r.num("eval/creativity")) {
-                let _ = writeln!(data, "{b},{},{},{f},{c}", r.get("run"), r.get("epoch"));
-                pts.push((f, c));
-            }
-        }
-        series.push(Series {
-            name: b.clone(),
-            points: pts,
-            line: false,
-            bars: vec![],
-        });
-    }
-    let fig = Figure::Lines {
-        title: "Creativity against training FLOPs".into(),
-        x_label: "cumulative training FLOPs".into(),
-        y_label: "creativity C".into(),
-        series,
-        log_x: true,
-        log_y: false,
-    };
-    w.figure(
+    against_flops(
+        &mut w,
+        &rows,
+        &all_buckets,
+        "eval/creativity",
+        "creativity C",
         "creativity_flops",
-        &fig,
-        &data,
-        "C of every run at every epoch against its cumulative FLOPs",
     )?;
 
     if rows.iter().any(|r| r.num("eval/set/score").is_some()) {
         let _ = writeln!(w.md, "## Sets of sampled answers (SPEC §7)\n");
-        for (col, what, stem) in [
-            ("eval/set/score", "set score s(S)", "set_score_flops"),
-            (
-                "eval/set/coverage",
-                "coverage of the valid paths",
-                "coverage_flops",
-            ),
-        ] {
-            let mut data = format!("bucket,run,epoch,flops,{col}\n");
-            let mut series = Vec::new();
-            for b in &all_buckets {
-                let mut pts = Vec::new();
-                for r in rows.iter().filter(|r| r.get("bucket") == b) {
-                    if let (Some(f), Some(v)) = (r.num("flops"), r.num(col)) {
-                        let _ = writeln!(data, "{b},{},{},{f},{v}", r.get("run"), r.get("epoch"));
-                        pts.push((f, v));
-                    }
-                }
-                series.push(Series {
-                    name: b.clone(),
-                    points: pts,
-                    line: false,
-                    bars: vec![],
-                });
-            }
-            let fig = Figure::Lines {
-                title: format!("{what} against training FLOPs"),
-                x_label: "cumulative training FLOPs".into(),
-                y_label: what.into(),
-                series,
-                log_x: true,
-                log_y: false,
-            };
-            w.figure(
-                stem,
-                &fig,
-                &data,
-                &format!("{what} of every run at every epoch, per bucket"),
-            )?;
-        }
+        against_flops(
+            &mut w,
+            &rows,
+            &all_buckets,
+            "eval/set/score",
+            "set score s(S)",
+            "set_score_flops",
+        )?;
+        against_flops(
+            &mut w,
+            &rows,
+            &all_buckets,
+            "eval/set/coverage",
+            "coverage of the valid paths",
+            "coverage_flops",
+        )?;
         let mut data = String::from("bucket,run,coverage,novelty_valid\n");
         let mut series = Vec::new();
         for b in &all_buckets {
@@ -512,5 +465,49 @@ fn objectives(w: &mut Writer, finals: &[&Row]) -> Result<()> {
         &fig,
         &data,
         "Greedy creativity, set score and coverage per objective and hash setting",
+    )
+}
+
+/// A figure of `col` against cumulative FLOPs: every run at every epoch, a series per bucket.
+fn against_flops(
+    w: &mut Writer,
+    rows: &[Row],
+    buckets: &[String],
+    col: &str,
+    what: &str,
+    stem: &str,
+) -> Result<()> {
+    let mut data = format!("bucket,run,epoch,flops,{col}\n");
+    let mut series = Vec::new();
+    for b in buckets {
+        let mut pts = Vec::new();
+        for r in rows.iter().filter(|r| r.get("bucket") == b) {
+            if let (Some(f), Some(v)) = (r.num("flops"), r.num(col)) {
+                let _ = writeln!(data, "{b},{},{},{f},{v}", r.get("run"), r.get("epoch"));
+                pts.push((f, v));
+            }
+        }
+        series.push(Series {
+            name: b.clone(),
+            points: pts,
+            line: false,
+            bars: vec![],
+        });
+    }
+    let fig = Figure::Lines {
+        title: format!("{what} against training FLOPs"),
+        x_label: "cumulative training FLOPs".into(),
+        y_label: what.into(),
+        series,
+        log_x: true,
+        log_y: false,
+    };
+    w.figure(
+        stem,
+        &fig,
+        &data,
+        &format!(
+            "{what} of every run at every epoch against its cumulative FLOPs, a series per bucket"
+        ),
     )
 }

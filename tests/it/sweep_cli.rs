@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
-use crate::util::{lab, root, run_expect};
+use crate::util::{lab, metrics, root, run_expect};
 
 /// A directory holding copies of configs/ and sweeps/, as a researcher's checkout would.
 fn workspace() -> tempfile::TempDir {
@@ -69,18 +69,6 @@ fn job_ids(stdout: &str) -> (String, String) {
             .to_string()
     };
     (word_after("job array "), word_after("collect job "))
-}
-
-fn metrics(run: &Path) -> Vec<Value> {
-    std::fs::read_to_string(run.join("metrics.jsonl"))
-        .unwrap()
-        .lines()
-        .map(|l| {
-            let mut v: Value = serde_json::from_str(l).unwrap();
-            v.as_object_mut().unwrap().remove("train/tokens_per_s");
-            v
-        })
-        .collect()
 }
 
 fn runs_dir(ws: &Path) -> PathBuf {

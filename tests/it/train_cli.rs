@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
-use crate::util::{lab, run_expect, write_config};
+use crate::util::{lab, metrics, run_expect, write_config};
 
 /// A micro world and model: a few thousand examples, two layers of width 32.
 pub const MICRO: &str = r#"name = "micro"
@@ -46,19 +46,6 @@ fn train(dir: &Path, cfg: &Path, out: &str, args: &[&str], code: i32) -> std::pr
         c.args(["--device", "cpu"]);
     }
     run_expect(&mut c, code)
-}
-
-/// Every metrics line, without the wall-clock figure that differs between runs.
-fn metrics(run: &Path) -> Vec<Value> {
-    std::fs::read_to_string(run.join("metrics.jsonl"))
-        .unwrap()
-        .lines()
-        .map(|l| {
-            let mut v: Value = serde_json::from_str(l).unwrap();
-            v.as_object_mut().unwrap().remove("train/tokens_per_s");
-            v
-        })
-        .collect()
 }
 
 #[test]

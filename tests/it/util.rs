@@ -51,6 +51,20 @@ pub fn dir_bytes(dir: &Path, skip: &[&str]) -> Vec<(String, Vec<u8>)> {
     out
 }
 
+/// Every line of a run's metrics.jsonl, without `train/tokens_per_s`, the one figure that
+/// depends on wall-clock time.
+pub fn metrics(run: &Path) -> Vec<serde_json::Value> {
+    std::fs::read_to_string(run.join("metrics.jsonl"))
+        .unwrap()
+        .lines()
+        .map(|l| {
+            let mut v: serde_json::Value = serde_json::from_str(l).unwrap();
+            v.as_object_mut().unwrap().remove("train/tokens_per_s");
+            v
+        })
+        .collect()
+}
+
 /// A config file written into `dir` from TOML text.
 pub fn write_config(dir: &Path, name: &str, text: &str) -> PathBuf {
     let p = dir.join(name);
