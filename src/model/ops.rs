@@ -31,6 +31,18 @@ pub fn with_host_f32<R>(t: &Tensor, f: impl FnOnce(&[f32]) -> R) -> Result<R> {
     }
 }
 
+/// Split a backward op's flat output into one gradient per input, shaped like that input.
+fn unpack(packed: &Tensor, like: &[&Tensor]) -> Result<Vec<Tensor>> {
+    let mut at = 0;
+    like.iter()
+        .map(|t| {
+            let g = packed.narrow(0, at, t.elem_count())?.reshape(t.shape())?;
+            at += t.elem_count();
+            Ok(g)
+        })
+        .collect()
+}
+
 fn u32s<'a>(s: &'a CpuStorage, l: &Layout, op: &str) -> Result<&'a [u32]> {
     match (s, l.contiguous_offsets()) {
         (CpuStorage::U32(v), Some((a, b))) => Ok(&v[a..b]),
@@ -139,17 +151,13 @@ impl CustomOp3 for LayerNorm {
         &self,
         x: &Tensor,
         w: &Tensor,
-        _b: &Tensor,
+        b: &Tensor,
         _y: &Tensor,
         dy: &Tensor,
     ) -> Result<(Option<Tensor>, Option<Tensor>, Option<Tensor>)> {
-        let c = w.dim(0)?;
-        let n = x.elem_count();
         let packed = x.apply_op3_no_bwd(w, &dy.contiguous()?, &LayerNormBwd)?;
-        let dx = packed.narrow(0, 0, n)?.reshape(x.shape())?;
-        let dw = packed.narrow(0, n, c)?;
-        let db = packed.narrow(0, n + c, c)?;
-        Ok((Some(dx), Some(dw), Some(db)))
+        let mut g = unpack(&packed, &[x, w, b])?.into_iter();
+        Ok((g.next(), g.next(), g.next()))
     }
 }
 
@@ -507,11 +515,8 @@ impl CustomOp3 for Linear {
         dy: &Tensor,
     ) -> Result<(Option<Tensor>, Option<Tensor>, Option<Tensor>)> {
         let packed = x.apply_op3_no_bwd(w, &dy.contiguous()?, &LinearBwd)?;
-        let (nx, nw) = (x.elem_count(), w.elem_count());
-        let dx = packed.narrow(0, 0, nx)?.reshape(x.shape())?;
-        let dw = packed.narrow(0, nx, nw)?.reshape(w.shape())?;
-        let db = packed.narrow(0, nx + nw, b.elem_count())?;
-        Ok((Some(dx), Some(dw), Some(db)))
+        let mut g = unpack(&packed, &[x, w, b])?.into_iter();
+        Ok((g.next(), g.next(), g.next()))
     }
 }
 
@@ -652,10 +657,8 @@ impl CustomOp3 for HeadCrossEntropy {
             probs: std::sync::Mutex::new(probs),
         };
         let packed = x.apply_op3_no_bwd(w, t, &bwd)?;
-        let n = x.elem_count();
-        let dx = packed.narrow(0, 0, n)?.reshape(x.shape())?;
-        let dw = packed.narrow(0, n, w.elem_count())?.reshape(w.shape())?;
-        Ok((Some(dx), Some(dw), None))
+        let mut g = unpack(&packed, &[x, w])?.into_iter();
+        Ok((g.next(), g.next(), None))
     }
 }
 

@@ -214,36 +214,26 @@ pub fn write(input: &Path, out: Option<&Path>) -> Result<PathBuf> {
     let _ = writeln!(w.md, "## Creativity across depth and width (Figure 3)\n");
     for b in &all_buckets {
         let in_b: Vec<&Row> = rows.iter().filter(|r| r.get("bucket") == b).collect();
-        let (heat, data) =
-            flops_heatmap(&in_b, "n_layer", &|x| format!("{x:.0}"), "eval/creativity");
-        let fig = Figure::Heatmap {
-            title: format!("Creativity by depth, bucket {b}"),
-            x_label: "depth L".into(),
-            y_label: "training FLOPs".into(),
-            value_label: "C".into(),
-            heat,
-        };
-        w.figure(
-            &format!("depth_{b}"),
-            &fig,
-            &data,
-            &format!("Depth heatmap, bucket {b}: mean C by L and FLOPs"),
-        )?;
-        let (heat, data) =
-            flops_heatmap(&in_b, "e_over_l", &|x| format!("{x:.0}"), "eval/creativity");
-        let fig = Figure::Heatmap {
-            title: format!("Creativity by width, bucket {b}"),
-            x_label: "E/L".into(),
-            y_label: "training FLOPs".into(),
-            value_label: "C".into(),
-            heat,
-        };
-        w.figure(
-            &format!("width_{b}"),
-            &fig,
-            &data,
-            &format!("Width heatmap, bucket {b}: mean C by E/L and FLOPs"),
-        )?;
+        for (field, stem, what, axis) in [
+            ("n_layer", "depth", "Depth", "depth L"),
+            ("e_over_l", "width", "Width", "E/L"),
+        ] {
+            let (heat, data) =
+                flops_heatmap(&in_b, field, &|x| format!("{x:.0}"), "eval/creativity");
+            let fig = Figure::Heatmap {
+                title: format!("Creativity by {stem}, bucket {b}"),
+                x_label: axis.into(),
+                y_label: "training FLOPs".into(),
+                value_label: "C".into(),
+                heat,
+            };
+            w.figure(
+                &format!("{stem}_{b}"),
+                &fig,
+                &data,
+                &format!("{what} heatmap, bucket {b}: mean C by {axis} and FLOPs"),
+            )?;
+        }
     }
 
     let _ = writeln!(w.md, "## The novelty–utility tradeoff (Figure 4)\n");

@@ -135,6 +135,33 @@ pub fn ramp(t: f64) -> RGBColor {
     )
 }
 
+/// A chart with the lab's caption, margin and label areas (x as given, y 70 px).
+fn builder<'a, 'b, DB: DrawingBackend>(
+    root: &'a DrawingArea<DB, Shift>,
+    title: &str,
+    x_area: u32,
+) -> ChartBuilder<'a, 'b, DB> {
+    let mut b = ChartBuilder::on(root);
+    b.caption(title, ("sans-serif", 22))
+        .margin(15)
+        .x_label_area_size(x_area)
+        .y_label_area_size(70);
+    b
+}
+
+/// The legend box every line and bar chart draws.
+fn legend<'a, DB: DrawingBackend + 'a, CT: CoordTranslate>(
+    chart: &mut ChartContext<'a, DB, CT>,
+) -> Result<()> {
+    chart
+        .configure_series_labels()
+        .background_style(WHITE.mix(0.85))
+        .border_style(BLACK)
+        .label_font(("sans-serif", 13))
+        .draw()
+        .map_err(err)
+}
+
 pub fn err<E: std::fmt::Debug>(e: E) -> anyhow::Error {
     anyhow!("drawing: {e:?}")
 }
@@ -329,20 +356,10 @@ pub fn lines<DB: DrawingBackend>(
                         .map_err(err)?;
                 }
             }
-            chart
-                .configure_series_labels()
-                .background_style(WHITE.mix(0.85))
-                .border_style(BLACK)
-                .label_font(("sans-serif", 13))
-                .draw()
-                .map_err(err)?;
+            legend(&mut chart)?;
         }};
     }
-    let mut b = ChartBuilder::on(root);
-    b.caption(title, ("sans-serif", 22))
-        .margin(15)
-        .x_label_area_size(45)
-        .y_label_area_size(70);
+    let mut b = builder(root, title, 45);
     match (log_x, log_y) {
         (true, true) => draw!(
             b.build_cartesian_2d((x0..x1).log_scale(), (y0..y1).log_scale())
@@ -428,20 +445,10 @@ pub fn bars<DB: DrawingBackend>(
                         .map_err(err)?;
                 }
             }
-            chart
-                .configure_series_labels()
-                .background_style(WHITE.mix(0.85))
-                .border_style(BLACK)
-                .label_font(("sans-serif", 13))
-                .draw()
-                .map_err(err)?;
+            legend(&mut chart)?;
         }};
     }
-    let mut b = ChartBuilder::on(root);
-    b.caption(title, ("sans-serif", 22))
-        .margin(15)
-        .x_label_area_size(60)
-        .y_label_area_size(70);
+    let mut b = builder(root, title, 60);
     if spread.is_some() {
         draw!(
             b.build_cartesian_2d(0f64..n as f64, 0f64..top * 1.15)
