@@ -7,7 +7,8 @@
 #     cudarc's own bindings; the GPU machine's real libraries are used at run time;
 #   - CUDA_COMPUTE_CAP=90 targets the H100/H200 (sm_90a). Override it for other GPUs.
 # The binary finds the CUDA 13 libraries through its RUNPATH (build.rs) in the usual toolkit
-# places; elsewhere, set LD_LIBRARY_PATH. A clean build takes about 15 minutes on 2 cores.
+# places; elsewhere, set LD_LIBRARY_PATH. A clean build took 21 minutes on 2 cores here (while
+# another job shared them); most of it is nvcc.
 #
 # usage: scripts/build-cuda.sh            (from anywhere; writes dist/lab-cuda)
 set -euo pipefail
@@ -53,6 +54,8 @@ export RUSTFLAGS="${RUSTFLAGS:-} -L $kit/lib64/stubs -L $kit/lib64"
 echo "== cargo build --release --features cuda (CUDA_COMPUTE_CAP=$CUDA_COMPUTE_CAP)"
 cargo build --release --features cuda --target-dir target/cuda
 mkdir -p dist
-cp target/cuda/release/lab dist/lab-cuda
+# Stripped (about 53 MB instead of 142 MB with line tables), so that it can be carried to a GPU
+# machine in one piece.
+strip -o dist/lab-cuda target/cuda/release/lab
 echo "== dist/lab-cuda ($(du -h dist/lab-cuda | cut -f1)); it needs, on the GPU machine:"
 readelf -d dist/lab-cuda | grep -E 'NEEDED|RUNPATH' | grep -E 'cu|nvrtc|RUNPATH' || true
