@@ -1,16 +1,21 @@
 //! Crash-safe writes: a file or a whole directory is staged under a temporary name beside its
 //! target and renamed into place, so readers never see a half-written result.
 
+use std::fs::Permissions;
 use std::io::Write;
+use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result};
 
-/// Write `bytes` to `path` through a temporary file in the same directory, then rename.
+/// Write `bytes` to `path` through a temporary file in the same directory, then rename. The
+/// file gets the mode `File::create` would give (0o666 less the umask), not a temp file's 0o600,
+/// so that results stay readable to a group on a shared cluster.
 pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<()> {
     let dir = parent_of(path);
     let mut tmp = tempfile::Builder::new()
         .prefix(".tmp-")
+        .permissions(Permissions::from_mode(0o666))
         .tempfile_in(dir)
         .with_context(|| format!("{}: cannot write", path.display()))?;
     tmp.write_all(bytes)
@@ -47,6 +52,7 @@ impl StagingDir {
             .unwrap_or_default();
         let dir = tempfile::Builder::new()
             .prefix(&format!(".{name}.tmp-"))
+            .permissions(Permissions::from_mode(0o777))
             .tempdir_in(parent)
             .with_context(|| format!("{}: cannot create directory", target.display()))?;
         Ok(StagingDir {
@@ -75,5 +81,28 @@ impl StagingDir {
                 .with_context(|| format!("{}: cannot create", self.target.display()))?;
         }
         Ok(self.target)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn atomic_files_and_dirs_get_the_usual_modes() {
+        let tmp = tempfile::tempdir().unwrap();
+        let mode = |p: &Path| std::fs::metadata(p).unwrap().permissions().mode() & 0o777;
+        let plain = tmp.path().join("plain");
+        std::fs::File::create(&plain).unwrap();
+        let atomic = tmp.path().join("atomic");
+        write_atomic(&atomic, b"x").unwrap();
+        assert_eq!(mode(&atomic), mode(&plain));
+        let made = tmp.path().join("made");
+        std::fs::create_dir(&made).unwrap();
+        let staged = StagingDir::new(&tmp.path().join("staged"))
+            .unwrap()
+            .commit()
+            .unwrap();
+        assert_eq!(mode(&staged), mode(&made));
     }
 }

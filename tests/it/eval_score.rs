@@ -47,7 +47,11 @@ fn one_golden_case_per_error_type() {
     check("AA : AB", true, Some(ErrorType::ParseFailure)); // a special token
     check("AA ab AB", true, Some(ErrorType::ParseFailure)); // a label of two letters
     check("#a AA a AB b AC c AD", true, Some(ErrorType::ParseFailure)); // a hash-prefix symbol
-    check("AA a AB <dummy> AC c AD", true, Some(ErrorType::ParseFailure)); // the dummy token
+    check(
+        "AA a AB <dummy> AC c AD",
+        true,
+        Some(ErrorType::ParseFailure),
+    ); // the dummy token
     check("AA a ZZZ", true, Some(ErrorType::HallucinatedNode)); // not a node of this graph
     check("AA b AD", true, Some(ErrorType::HallucinatedEdge)); // AA and AD are not adjacent
     check("AB b AC c AD", true, Some(ErrorType::WrongStart));
