@@ -48,7 +48,10 @@ pub fn sample_stream(seed: u64, id: u64, k: usize) -> ChaCha8Rng {
     stream(seed, Purpose::Sampling, id << 16 | k as u64)
 }
 
-/// Choose a token from one row of logits: argmax, or a draw after temperature, top-k, top-p.
+/// Choose a token from one row of logits: argmax, or one draw from the softmax at temperature T
+/// restricted to the top-k tokens, then to the smallest most-likely set whose mass reaches top-p
+/// of theirs (tokens ranked by logit, ties by id). The draw walks the kept tokens in id order,
+/// so nothing is sorted unless top-k or top-p restricts the set.
 pub fn choose(logits: &[f32], decode: Decode, rng: &mut ChaCha8Rng) -> u32 {
     match decode {
         Decode::Greedy => fastmath::argmax(logits) as u32,
@@ -58,39 +61,69 @@ pub fn choose(logits: &[f32], decode: Decode, rng: &mut ChaCha8Rng) -> u32 {
             top_p,
         } => {
             let t = temperature.max(1e-6) as f32;
-            let mut idx: Vec<usize> = (0..logits.len()).collect();
-            idx.sort_unstable_by(|&a, &b| logits[b].total_cmp(&logits[a]).then(a.cmp(&b)));
-            if top_k > 0 {
-                idx.truncate(top_k);
-            }
-            let max = logits[idx[0]];
-            let w: Vec<f64> = idx
+            let max = fastmath::max(logits);
+            let mut w: Vec<f32> = logits
                 .iter()
-                .map(|&i| (((logits[i] - max) / t) as f64).exp())
+                .map(|&l| fastmath::exp((l - max) / t))
                 .collect();
-            let total: f64 = w.iter().sum();
-            let mut keep = w.len();
-            if top_p < 1.0 {
-                let mut acc = 0.0;
-                for (n, x) in w.iter().enumerate() {
-                    acc += x / total;
-                    if acc >= top_p {
-                        keep = n + 1;
-                        break;
-                    }
-                }
+            if (top_k > 0 && top_k < w.len()) || top_p < 1.0 {
+                restrict(logits, &mut w, top_k, top_p);
             }
-            let total: f64 = w[..keep].iter().sum();
+            let total: f64 = w.iter().map(|&x| x as f64).sum();
             let mut r = rng.random::<f64>() * total;
-            for (n, x) in w[..keep].iter().enumerate() {
-                if r < *x {
-                    return idx[n] as u32;
+            let mut last = 0;
+            for (i, &x) in w.iter().enumerate().filter(|(_, x)| **x > 0.0) {
+                if r < x as f64 {
+                    return i as u32;
                 }
-                r -= x;
+                r -= x as f64;
+                last = i;
             }
-            idx[keep - 1] as u32
+            last as u32
         }
     }
+}
+
+/// Zero the weights of the tokens outside the top-k and outside the top-p nucleus. Only as many
+/// tokens as the nucleus needs are sorted: the top 64, then 4 times more until the mass is
+/// reached.
+fn restrict(logits: &[f32], w: &mut [f32], top_k: usize, top_p: f64) {
+    let rank = |a: &usize, b: &usize| logits[*b].total_cmp(&logits[*a]).then(a.cmp(b));
+    let mut idx: Vec<usize> = (0..w.len()).collect();
+    if top_k > 0 && top_k < idx.len() {
+        idx.select_nth_unstable_by(top_k - 1, rank);
+        idx.truncate(top_k);
+    }
+    let mut keep = idx.len();
+    if top_p < 1.0 {
+        let total: f64 = idx.iter().map(|&i| w[i] as f64).sum();
+        let mut m = 64.min(idx.len());
+        loop {
+            if m < idx.len() {
+                idx.select_nth_unstable_by(m - 1, rank);
+            }
+            idx[..m].sort_unstable_by(rank);
+            let mut acc = 0.0;
+            let reached = idx[..m].iter().position(|&i| {
+                acc += w[i] as f64 / total;
+                acc >= top_p
+            });
+            if let Some(n) = reached {
+                keep = n + 1;
+                break;
+            }
+            if m == idx.len() {
+                break;
+            }
+            m = (m * 4).min(idx.len());
+        }
+    }
+    let mut kept = vec![false; w.len()];
+    idx[..keep].iter().for_each(|&i| kept[i] = true);
+    w.iter_mut()
+        .zip(kept)
+        .filter(|(_, k)| !k)
+        .for_each(|(x, _)| *x = 0.0);
 }
 
 impl Decoder<'_> {
@@ -250,5 +283,67 @@ mod tests {
         for _ in 0..100 {
             assert!(matches!(choose(&logits, p, &mut r), 1 | 3));
         }
+    }
+
+    #[test]
+    fn draws_follow_the_softmax_and_its_restrictions() {
+        // 300 tokens, so that top-p needs more than the first sorted block of 64.
+        let logits: Vec<f32> = (0..300).map(|i| ((i * 37 % 101) as f32) / 40.0).collect();
+        let freq = |d: Decode, n: usize| {
+            let mut r = stream(5, Purpose::Sampling, 0);
+            let mut c = vec![0usize; logits.len()];
+            (0..n).for_each(|_| c[choose(&logits, d, &mut r) as usize] += 1);
+            c.iter().map(|&x| x as f64 / n as f64).collect::<Vec<_>>()
+        };
+        let softmax = |t: f64, keep: &dyn Fn(usize) -> bool| {
+            let w: Vec<f64> = (0..logits.len())
+                .map(|i| {
+                    if keep(i) {
+                        (logits[i] as f64 / t).exp()
+                    } else {
+                        0.0
+                    }
+                })
+                .collect();
+            let total: f64 = w.iter().sum();
+            w.into_iter().map(|x| x / total).collect::<Vec<_>>()
+        };
+        let mut order: Vec<usize> = (0..logits.len()).collect();
+        order.sort_by(|&a, &b| logits[b].total_cmp(&logits[a]).then(a.cmp(&b)));
+        let close = |got: &[f64], want: &[f64]| {
+            for (i, (g, w)) in got.iter().zip(want).enumerate() {
+                assert!((g - w).abs() < 0.006, "token {i}: {g} against {w}");
+            }
+        };
+        let sample = |temperature, top_k, top_p| Decode::Sample {
+            temperature,
+            top_k,
+            top_p,
+        };
+        close(&freq(sample(0.7, 0, 1.0), 40_000), &softmax(0.7, &|_| true));
+        let top10 = &order[..10];
+        close(
+            &freq(sample(1.0, 10, 1.0), 40_000),
+            &softmax(1.0, &|i| top10.contains(&i)),
+        );
+        // The nucleus of mass 0.9: the most likely tokens until their share reaches 0.9.
+        let full = softmax(1.0, &|_| true);
+        let mut acc = 0.0;
+        let n = order
+            .iter()
+            .position(|&i| {
+                acc += full[i];
+                acc >= 0.9
+            })
+            .unwrap();
+        assert!(
+            n >= 64,
+            "the nucleus spans more than one sorted block ({n})"
+        );
+        let nucleus = &order[..=n];
+        close(
+            &freq(sample(1.0, 0, 0.9), 40_000),
+            &softmax(1.0, &|i| nucleus.contains(&i)),
+        );
     }
 }
