@@ -563,7 +563,11 @@ fn run_score(
             set: None,
         })
         .collect();
-    let results = eval::with_sets(&d, results, gamma, coverage_k);
+    let results = if sets {
+        eval::with_sets(&d, results, gamma, coverage_k)
+    } else {
+        results
+    };
     let summary = eval::summarise(&results);
     // The output stem: --out without its .jsonl, or ANSWERS with .scored in place of .jsonl.
     let stem = match out {

@@ -2,6 +2,8 @@
 //! with the `tokenizers` crate so that Python's `tokenizers`/`transformers` give the same ids.
 
 use anyhow::{Result, anyhow};
+use rand::Rng;
+use rand_chacha::ChaCha8Rng;
 use tokenizers::models::wordlevel::WordLevel;
 use tokenizers::pre_tokenizers::whitespace::WhitespaceSplit;
 use tokenizers::{AddedToken, Tokenizer};
@@ -61,6 +63,13 @@ impl Vocab {
     /// The id of hash symbol `i` (0..36).
     pub fn hash_id(&self, i: usize) -> u32 {
         self.end_of_nodes() + 1 + i as u32
+    }
+
+    /// `n` hash symbols drawn uniformly from `rng`: a hash-conditioning prefix.
+    pub fn hash_prefix(&self, rng: &mut ChaCha8Rng, n: usize) -> Vec<u32> {
+        (0..n)
+            .map(|_| self.hash_id(rng.random_range(0..HASH_SYMBOLS.len())))
+            .collect()
     }
 
     pub fn label_id(&self, l: Label) -> u32 {

@@ -19,7 +19,7 @@ use crate::dataset::evalset::EvalQuery;
 use crate::dataset::example::prompt;
 use crate::fsutil::write_atomic;
 use crate::model::Gpt;
-use decode::{Decode, Decoder};
+use decode::{Decode, Decoder, Generated};
 use score::{Alphas, Scored};
 use summary::Summary;
 
@@ -105,7 +105,14 @@ impl Answers<'_> {
     }
 }
 
-/// Decode and score every query of `queries`.
+/// The stream of the hash prefix before answer `j` of query `id`, keyed `id << 16 | j`: apart
+/// from every training prefix (`Purpose::Hash`).
+pub fn hash_stream(seed: u64, key: u64) -> rand_chacha::ChaCha8Rng {
+    crate::rng::stream(seed, crate::rng::Purpose::EvalHash, key)
+}
+
+/// Decode and score every query of `queries`. A hash-conditioned model (`hash_prefix` > 0)
+/// gets every answer after a fresh prefix of its own.
 pub fn evaluate<'a>(
     model: &Gpt,
     data: &DataDir,
@@ -114,24 +121,37 @@ pub fn evaluate<'a>(
 ) -> Result<Vec<Answers<'a>>> {
     let g = &data.graph;
     let vocab = data.vocab();
-    let prompts: Vec<Vec<u32>> = queries
-        .iter()
-        .map(|q| vocab.encode(&prompt(g, &q.query)))
-        .collect();
-    let ids: Vec<u64> = queries.iter().map(|q| q.id as u64).collect();
+    let k = s.samples.max(1);
+    let (mut prompts, mut ids) = (Vec::new(), Vec::new());
+    for q in queries {
+        let p = vocab.encode(&prompt(g, &q.query));
+        if s.hash_prefix == 0 {
+            prompts.push(p);
+            ids.push(q.id as u64);
+            continue;
+        }
+        // Hash-conditioned: each answer on its own row, after its own fresh prefix.
+        for j in 0..k as u64 {
+            let id = (q.id as u64) << 16 | j;
+            let mut row = vocab.hash_prefix(&mut hash_stream(s.seed, id), s.hash_prefix);
+            row.extend_from_slice(&p);
+            prompts.push(row);
+            ids.push(id);
+        }
+    }
     let decoder = Decoder {
         model,
         n_tokens: vocab.n_tokens() as usize,
         budget: s.budget,
         batch_rows: s.batch_rows,
         decode: s.decode,
-        samples: s.samples,
+        samples: if s.hash_prefix == 0 { k } else { 1 },
         seed: s.seed,
     };
-    let generated = decoder.run(&prompts, &ids)?;
+    let generated: Vec<Generated> = decoder.run(&prompts, &ids)?.concat();
     let results = queries
         .iter()
-        .zip(generated)
+        .zip(generated.chunks(k))
         .map(|(q, gens)| {
             let answers = gens
                 .iter()
@@ -147,11 +167,16 @@ pub fn evaluate<'a>(
             }
         })
         .collect();
-    Ok(with_sets(data, results, s.gamma, s.coverage_k))
+    // Sampled answers are a set even when K = 1 (s(S) is then the answer's f, coverage 1/count).
+    Ok(if k > 1 || matches!(s.decode, Decode::Sample { .. }) {
+        with_sets(data, results, s.gamma, s.coverage_k)
+    } else {
+        results
+    })
 }
 
 /// Add set figures (patience `gamma`, coverage within h + `coverage_k` hops) to every query
-/// that has several answers.
+/// that has answers.
 pub fn with_sets<'a>(
     data: &DataDir,
     mut results: Vec<Answers<'a>>,
@@ -159,7 +184,7 @@ pub fn with_sets<'a>(
     coverage_k: u32,
 ) -> Vec<Answers<'a>> {
     let mut searcher = crate::search::Searcher::new(&data.graph);
-    for r in results.iter_mut().filter(|r| r.answers.len() > 1) {
+    for r in results.iter_mut().filter(|r| !r.answers.is_empty()) {
         r.set = Some(sets::figures(
             &r.answers,
             &r.query.query,

@@ -5,11 +5,10 @@
 use candle_core::{Device, Result, Tensor};
 use rand::Rng;
 use rand::seq::SliceRandom;
-use rand_chacha::ChaCha8Rng;
 
 use crate::config::{Objective, TrainConfig};
 use crate::rng::{Purpose, stream};
-use crate::tokenizer::{HASH_SYMBOLS, Vocab};
+use crate::tokenizer::Vocab;
 use crate::train::tokens::Sequences;
 
 /// How one sequence enters a batch.
@@ -30,13 +29,6 @@ impl Part {
             prefix: Vec::new(),
         }
     }
-}
-
-/// `n` hash symbols drawn from `rng`.
-pub fn hash_prefix(vocab: &Vocab, rng: &mut ChaCha8Rng, n: usize) -> Vec<u32> {
-    (0..n)
-        .map(|_| vocab.hash_id(rng.random_range(0..HASH_SYMBOLS.len())))
-        .collect()
 }
 
 /// The examples that get a teacherless copy: each with probability `fraction`, drawn once
@@ -67,7 +59,7 @@ pub fn epoch_parts(
     if t.hash_prefix > 0 {
         let mut rng = stream(t.seed, Purpose::Hash, epoch);
         for p in parts.iter_mut() {
-            p.prefix = hash_prefix(vocab, &mut rng, t.hash_prefix as usize);
+            p.prefix = vocab.hash_prefix(&mut rng, t.hash_prefix as usize);
         }
     }
     parts

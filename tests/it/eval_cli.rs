@@ -8,7 +8,7 @@ use std::sync::OnceLock;
 use candle_core::{Device, Tensor};
 use lab::dataset::example::prompt;
 use lab::eval::decode::{Decode, Decoder, choose, sample_stream};
-use lab::eval::{Run, Which};
+use lab::eval::{Run, Which, hash_stream};
 use lab::model::{Gpt, Kernels};
 use lab::tokenizer::EOS;
 
@@ -109,6 +109,51 @@ fn kv_cache_decodes_exactly_what_recomputation_decodes() {
                     );
                 }
             }
+        }
+    }
+}
+
+/// A hash-conditioned evaluation decodes every answer after its own prefix, drawn from the
+/// evaluation's hash stream: exactly what decoding `prefix + prompt` by hand gives.
+#[test]
+fn hash_conditioned_answers_each_follow_their_own_fresh_prefix() {
+    let run = Run::open(&trained().join("run"), Which::Last, &Device::Cpu).unwrap();
+    let vocab = run.data.vocab();
+    let queries = &run.data.eval().unwrap()[..12];
+    let mut s = lab::eval::Settings::greedy(&run.cfg);
+    (s.hash_prefix, s.samples, s.seed) = (3, 2, 9);
+    let got = lab::eval::evaluate(&run.model, &run.data, queries, &s).unwrap();
+    assert_eq!(got.len(), queries.len());
+    for (q, a) in queries.iter().zip(&got) {
+        assert_eq!(a.answers.len(), 2);
+        let prefix = |j: u64| vocab.hash_prefix(&mut hash_stream(9, (q.id as u64) << 16 | j), 3);
+        assert_ne!(
+            prefix(0),
+            prefix(1),
+            "query {}: one prefix per answer",
+            q.id
+        );
+        for j in 0..2 {
+            let mut row = prefix(j);
+            assert!(row.iter().all(|&t| vocab.token(t).starts_with('#')));
+            row.extend(vocab.encode(&prompt(&run.data.graph, &q.query)));
+            let n_tokens = vocab.n_tokens() as usize;
+            let want = recompute(
+                &run.model,
+                &row,
+                Decode::Greedy,
+                9,
+                0,
+                0,
+                n_tokens,
+                s.budget,
+            );
+            assert_eq!(
+                a.answers[j as usize].output,
+                vocab.decode(&want),
+                "query {}",
+                q.id
+            );
         }
     }
 }
