@@ -111,6 +111,17 @@ pub fn hash_stream(seed: u64, key: u64) -> rand_chacha::ChaCha8Rng {
     crate::rng::stream(seed, crate::rng::Purpose::EvalHash, key)
 }
 
+/// The prefix greedy evaluation puts before each eval query of a hash-conditioned model
+/// (answer 0 of each query, in eval-set order).
+pub fn greedy_prefixes(cfg: &Config, data: &DataDir) -> Result<Vec<Vec<u32>>> {
+    let (vocab, s) = (data.vocab(), Settings::greedy(cfg));
+    Ok(data
+        .eval()?
+        .iter()
+        .map(|q| vocab.hash_prefix(&mut hash_stream(s.seed, (q.id as u64) << 16), s.hash_prefix))
+        .collect())
+}
+
 /// Decode and score every query of `queries`. A hash-conditioned model (`hash_prefix` > 0)
 /// gets every answer after a fresh prefix of its own.
 pub fn evaluate<'a>(

@@ -113,12 +113,21 @@ fn prepare_run_dir(cfg: &Config, run_dir: &Path, resume: bool) -> Result<()> {
 }
 
 /// Masked validation loss averaged over tokens (SPEC §5): every eval query followed by its
-/// reference path.
-/// The sequences are plain (no teacherless inputs, no hash prefix) whatever the objective, so
-/// that losses compare across objectives.
-pub fn validation_loss(model: &Gpt, val: &Sequences, batch_size: usize) -> Result<f64> {
+/// reference path, after `prefixes[i]` when given (none: plain sequences, no teacherless
+/// inputs, whatever the objective, so that losses compare across objectives).
+pub fn validation_loss(
+    model: &Gpt,
+    val: &Sequences,
+    batch_size: usize,
+    prefixes: &[Vec<u32>],
+) -> Result<f64> {
     let (mut total, mut n) = (0f64, 0usize);
-    let parts: Vec<batch::Part> = (0..val.len()).map(batch::Part::plain).collect();
+    let parts: Vec<batch::Part> = (0..val.len())
+        .map(|i| batch::Part {
+            prefix: prefixes.get(i).cloned().unwrap_or_default(),
+            ..batch::Part::plain(i)
+        })
+        .collect();
     for chunk in parts.chunks(batch_size) {
         let b = batch::make(val, chunk, 0, model.device())?;
         let h = model.hidden(&b.ids, &b.pos, &b.lens)?;
@@ -364,9 +373,18 @@ fn train_in(
         }
         lp.state.epoch += 1;
         lp.state.batch = 0;
-        let v = validation_loss(&model, &cache.val, b)?;
+        let v = validation_loss(&model, &cache.val, b, &[])?;
         val_loss = Some(v);
         let mut figures = vec![("val/loss".to_string(), v)];
+        if cfg.train.hash_prefix > 0 {
+            // A hash-conditioned model never sees a sequence without a prefix: also its loss
+            // after the prefix its greedy evaluation gives each query.
+            let prefixes = crate::eval::greedy_prefixes(cfg, data)?;
+            figures.push((
+                "val/loss_hash".to_string(),
+                validation_loss(&model, &cache.val, b, &prefixes)?,
+            ));
+        }
         figures.extend(crate::eval::epoch(
             cfg,
             &model,

@@ -375,6 +375,13 @@ fn objectives_train_evaluate_and_resume_bit_identically() {
             last["eval/set/coverage"].as_f64().is_some(),
             "{name}: {last}"
         );
+        // A hash-conditioned model also logs its loss after the evaluation prefix.
+        let hashed = last.get("val/loss_hash").and_then(Value::as_f64);
+        assert_eq!(hashed.is_some(), name != "teacherless", "{name}: {last}");
+        assert!(
+            hashed.is_none_or(|l| l.is_finite() && l > 0.0),
+            "{name}: {last}"
+        );
         for f in [
             "eval/epoch-02.jsonl",
             "eval/epoch-02.summary.json",
