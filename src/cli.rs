@@ -656,7 +656,8 @@ fn run_query(
             Some(e) => format!(
                 "invalid: {}{}",
                 e.name(),
-                a.edge_error.map_or(String::new(), |d| format!(" ({d:?})"))
+                a.edge_error
+                    .map_or(String::new(), |d| format!(" ({})", d.describe()))
             ),
         };
         println!(

@@ -65,6 +65,16 @@ pub enum EdgeError {
     WrongLabel,
 }
 
+impl EdgeError {
+    /// How `lab query` says it.
+    pub fn describe(self) -> &'static str {
+        match self {
+            EdgeError::NoEdge => "no edge between two consecutive nodes",
+            EdgeError::WrongLabel => "an edge with another label",
+        }
+    }
+}
+
 /// The weights of the score (SPEC §6 Decision: all 1.0).
 #[derive(Clone, Copy, Debug, Serialize, Deserialize, PartialEq)]
 pub struct Alphas {
