@@ -355,12 +355,7 @@ pub fn write(input: &Path, out: Option<&Path>) -> Result<PathBuf> {
                     pts.push((c, n));
                 }
             }
-            series.push(Series {
-                name: b.clone(),
-                points: pts,
-                line: false,
-                bars: vec![],
-            });
+            series.push(Series::scatter(b, pts));
         }
         let fig = Figure::Lines {
             title: "Novelty against coverage, one point per model".into(),
@@ -477,12 +472,7 @@ fn against_flops(
                 pts.push((f, v));
             }
         }
-        series.push(Series {
-            name: b.clone(),
-            points: pts,
-            line: false,
-            bars: vec![],
-        });
+        series.push(Series::scatter(b, pts));
     }
     let fig = Figure::Lines {
         title: format!("{what} against training FLOPs"),

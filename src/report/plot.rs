@@ -281,6 +281,18 @@ pub struct Series {
     pub bars: Vec<(f64, f64, f64)>,
 }
 
+impl Series {
+    /// Markers only, no error bars: one point per run.
+    pub fn scatter(name: &str, points: Vec<(f64, f64)>) -> Series {
+        Series {
+            name: name.to_string(),
+            points,
+            line: false,
+            bars: vec![],
+        }
+    }
+}
+
 /// Lines and points on linear or log axes.
 #[allow(clippy::too_many_arguments)]
 pub fn lines<DB: DrawingBackend>(

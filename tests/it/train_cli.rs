@@ -48,23 +48,20 @@ fn train(dir: &Path, cfg: &Path, out: &str, args: &[&str], code: i32) -> std::pr
     run_expect(&mut c, code)
 }
 
+/// Train 24 steps straight into `straight`, and 12, a stop, a resume and 12 more into `split`;
+/// return both runs' metrics.
+fn straight_and_split(dir: &Path, cfg: &Path) -> (Vec<Value>, Vec<Value>) {
+    train(dir, cfg, "straight", &["--max-steps", "24"], 0);
+    train(dir, cfg, "split", &["--max-steps", "12"], 0);
+    train(dir, cfg, "split", &["--resume", "--max-steps", "24"], 0);
+    (metrics(&dir.join("straight")), metrics(&dir.join("split")))
+}
+
 #[test]
 fn resume_is_bit_identical() {
     let tmp = tempfile::tempdir().unwrap();
     let cfg = micro(tmp.path(), "");
-    train(tmp.path(), &cfg, "straight", &["--max-steps", "24"], 0);
-    train(tmp.path(), &cfg, "split", &["--max-steps", "12"], 0);
-    train(
-        tmp.path(),
-        &cfg,
-        "split",
-        &["--resume", "--max-steps", "24"],
-        0,
-    );
-    let (a, b) = (
-        metrics(&tmp.path().join("straight")),
-        metrics(&tmp.path().join("split")),
-    );
+    let (a, b) = straight_and_split(tmp.path(), &cfg);
     assert_eq!(a.len(), 24);
     assert_eq!(
         a, b,
@@ -349,20 +346,8 @@ fn objectives_train_evaluate_and_resume_bit_identically() {
         let text =
             MICRO.replace("[train]\n", &format!("[train]\n{extra}")) + "[eval]\nsamples = 3\n";
         let cfg = write_config(tmp.path(), &format!("{name}.toml"), &text);
-        train(tmp.path(), &cfg, "straight", &["--max-steps", "24"], 0);
-        train(tmp.path(), &cfg, "split", &["--max-steps", "12"], 0);
-        train(
-            tmp.path(),
-            &cfg,
-            "split",
-            &["--resume", "--max-steps", "24"],
-            0,
-        );
-        assert_eq!(
-            metrics(&tmp.path().join("straight")),
-            metrics(&tmp.path().join("split")),
-            "{name}: resume is bit-identical"
-        );
+        let (a, b) = straight_and_split(tmp.path(), &cfg);
+        assert_eq!(a, b, "{name}: resume is bit-identical");
         train(tmp.path(), &cfg, "split", &["--resume"], 0);
         let run = tmp.path().join("split");
         assert!(run.join("DONE").exists());
