@@ -140,6 +140,10 @@ pub enum SweepCommand {
         /// Local backend: runs at a time (the cores are shared among them).
         #[arg(long, default_value_t = 1)]
         jobs: usize,
+        /// Local backend: threads per run (default: the cores over --jobs), for two sweeps
+        /// sharing one machine.
+        #[arg(long)]
+        threads: Option<usize>,
         /// Slurm: the partition.
         #[arg(long)]
         partition: Option<String>,
@@ -170,8 +174,11 @@ pub enum SweepCommand {
     },
     /// Each run as pending, running, done or failed.
     Status { spec: PathBuf },
-    /// Write results.csv: one row per run per evaluated epoch.
+    /// Write results.csv: one row per run per evaluated epoch. Given a results directory
+    /// (a spec's `results`), collect its exported runs alone.
     Collect { spec: PathBuf },
+    /// Copy every DONE run not yet exported to the spec's `results` directory.
+    Export { spec: PathBuf },
 }
 
 /// Sampling flags shared by `lab eval` and `lab query`.
@@ -353,6 +360,7 @@ fn run_sweep(cmd: SweepCommand) -> Result<ExitCode> {
             spec,
             backend,
             jobs,
+            threads,
             partition,
             gres,
             time,
@@ -366,7 +374,8 @@ fn run_sweep(cmd: SweepCommand) -> Result<ExitCode> {
             let s = Sweep::load(&spec)?;
             let plan = s.plan()?;
             if backend == "local" {
-                let t = sweep::local::run(&plan, jobs, &device)?;
+                let todo = s.pending(&plan);
+                let t = sweep::local::run(&todo, jobs, threads, &device, &|row| s.export(row))?;
                 println!(
                     "{}: {} runs done in this call, {} failed, {} interrupted; `lab sweep status {}` for all",
                     s.spec.name,
@@ -445,6 +454,22 @@ fn run_sweep(cmd: SweepCommand) -> Result<ExitCode> {
             }
             let summary: Vec<String> = counts.iter().map(|(k, v)| format!("{v} {k}")).collect();
             println!("{}: {}", s.spec.name, summary.join(", "));
+        }
+        SweepCommand::Export { spec } => {
+            let s = Sweep::load(&spec)?;
+            let Some(res) = &s.spec.results else {
+                anyhow::bail!("{}: results: not set, nothing to export to", spec.display());
+            };
+            let plan = s.plan()?;
+            let n = s.export_done(&plan)?;
+            println!("{}: {n} runs exported", res.display());
+        }
+        SweepCommand::Collect { spec } if spec.is_dir() => {
+            let c = sweep::collect::collect_results(&spec)?;
+            for (run, why) in &c.left_out {
+                eprintln!("left out {run}: {why}");
+            }
+            println!("{}: {} rows", c.path.display(), c.rows);
         }
         SweepCommand::Collect { spec } => {
             let s = Sweep::load(&spec)?;

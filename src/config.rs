@@ -30,8 +30,12 @@ pub enum ConfigError {
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
 #[serde(deny_unknown_fields, default)]
 pub struct GraphConfig {
-    /// Letters per node name: 26^node_len nodes. Paper: 3 (17,576 nodes).
+    /// Letters per node name: 26^node_len names. Paper: 3 (17,576 nodes).
     pub node_len: u32,
+    /// Keep only the first `n_nodes` names in lexicographic order (SPEC §1 revision), for
+    /// worlds between 26² and 26³ where CPU-sized models learn. Unset: all 26^node_len.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub n_nodes: Option<u64>,
     /// Edge labels are the first `n_labels` lowercase letters. Paper: 26.
     pub n_labels: u32,
     /// |E| = round(|V| · avg_degree / 2). Paper: 6.
@@ -42,6 +46,10 @@ pub struct GraphConfig {
     pub zipf_s: f64,
     /// Explicit label weights, required when `label_dist = "weights"`.
     pub weights: Option<Vec<f64>>,
+    /// How edge labels are drawn: from w (`"weighted"`, SPEC Decision), or uniformly with w
+    /// used only to score novelty (`"uniform"`, the paper appendix's reading).
+    #[serde(skip_serializing_if = "EdgeLabels::is_weighted")]
+    pub edge_labels: EdgeLabels,
     /// The world seed: graph, eval set and training set all derive from it.
     pub seed: u64,
 }
@@ -54,15 +62,39 @@ pub enum LabelDist {
     Weights,
 }
 
+/// The draw of edge labels (SPEC §1 revision).
+#[derive(Clone, Copy, Debug, Default, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "lowercase")]
+pub enum EdgeLabels {
+    #[default]
+    Weighted,
+    Uniform,
+}
+
+impl EdgeLabels {
+    fn is_weighted(&self) -> bool {
+        *self == EdgeLabels::Weighted
+    }
+}
+
+impl GraphConfig {
+    /// |V|: `n_nodes` when set, else every name of `node_len` letters.
+    pub fn n_nodes(&self) -> u64 {
+        self.n_nodes.unwrap_or_else(|| 26u64.pow(self.node_len))
+    }
+}
+
 impl Default for GraphConfig {
     fn default() -> Self {
         GraphConfig {
             node_len: 3,
+            n_nodes: None,
             n_labels: 26,
             avg_degree: 6.0,
             label_dist: LabelDist::Zipf,
             zipf_s: 1.0,
             weights: None,
+            edge_labels: EdgeLabels::Weighted,
             seed: 0,
         }
     }
@@ -209,6 +241,10 @@ pub struct EvalConfig {
     pub alpha_rarity: f64,
     pub alpha_include: f64,
     pub alpha_exclude: f64,
+    /// Evaluate every this many epochs (the last epoch always). SPEC: 1, every epoch; a long
+    /// run of a small model (a compute-matched width sweep) can thin its evaluations.
+    #[serde(skip_serializing_if = "is_one")]
+    pub every: u32,
     /// Rows decoded together (prompts × samples).
     pub batch_rows: u32,
     /// Answers sampled per query at each epoch's evaluation, besides the greedy one (0: off).
@@ -230,6 +266,7 @@ impl Default for EvalConfig {
             alpha_rarity: 1.0,
             alpha_include: 1.0,
             alpha_exclude: 1.0,
+            every: 1,
             batch_rows: 256,
             samples: 0,
             temperature: 1.0,
@@ -239,6 +276,10 @@ impl Default for EvalConfig {
             coverage_k: 2,
         }
     }
+}
+
+fn is_one(x: &u32) -> bool {
+    *x == 1
 }
 
 /// The file as written: every section optional, unknown keys rejected.
@@ -335,7 +376,7 @@ impl Config {
     }
 
     pub fn n_nodes(&self) -> u64 {
-        26u64.pow(self.graph.node_len)
+        self.graph.n_nodes()
     }
 
     pub fn n_edges(&self) -> u64 {
@@ -501,6 +542,9 @@ impl Config {
                 return err(field, format!("must be finite and >= 0, got {v}"));
             }
         }
+        if e.every == 0 {
+            return err("eval.every", "must be at least 1".to_string());
+        }
         if e.batch_rows == 0 {
             return err("eval.batch_rows", "must be at least 1".to_string());
         }
@@ -570,6 +614,18 @@ impl Config {
             return err(
                 "graph.n_labels",
                 format!("must be in 1..=26, got {}", g.n_labels),
+            );
+        }
+        let names = 26u64.pow(g.node_len);
+        if let Some(k) = g.n_nodes
+            && !(2..=names).contains(&k)
+        {
+            return err(
+                "graph.n_nodes",
+                format!(
+                    "must be in 2..={names} (26^node_len names of {} letters), got {k}",
+                    g.node_len
+                ),
             );
         }
         let n = self.n_nodes();

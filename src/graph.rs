@@ -9,7 +9,7 @@ use rand::Rng;
 use rand::distr::Distribution;
 use rand::distr::weighted::WeightedIndex;
 
-use crate::config::{GraphConfig, LabelDist};
+use crate::config::{EdgeLabels, GraphConfig, LabelDist};
 use crate::rng::{Purpose, stream};
 
 /// A node id: its index in lexicographic order of names (`AAA` = 0).
@@ -52,11 +52,16 @@ pub fn node_count(node_len: u32) -> usize {
 
 impl Graph {
     /// Draw the graph of SPEC §1: unordered pairs uniformly without replacement, each with a
-    /// label drawn from w, until |E| = round(|V| · avg_degree / 2).
+    /// label drawn from w (or uniformly, `edge_labels = "uniform"`), until
+    /// |E| = round(|V| · avg_degree / 2). The nodes are the first `n_nodes` names.
     pub fn generate(g: &GraphConfig, n_edges: u64) -> Graph {
-        let n = node_count(g.node_len) as u64;
+        let n = g.n_nodes();
         let weights = label_weights(g);
-        let label_dist = WeightedIndex::new(&weights).expect("validated weights");
+        let draw_from = match g.edge_labels {
+            EdgeLabels::Weighted => weights.clone(),
+            EdgeLabels::Uniform => vec![1.0; weights.len()],
+        };
+        let label_dist = WeightedIndex::new(&draw_from).expect("validated weights");
         let mut rng = stream(g.seed, Purpose::Graph, 0);
         let mut seen = HashSet::with_capacity(n_edges as usize);
         let mut edges = Vec::with_capacity(n_edges as usize);
@@ -72,12 +77,24 @@ impl Graph {
                 edges.push((u as Node, l, v as Node));
             }
         }
-        Graph::from_edges(g.node_len, g.n_labels, weights, edges)
+        Graph::from_edges_in(g.node_len, n as usize, g.n_labels, weights, edges)
     }
 
-    /// Build from an edge list (any order, u < v or not); duplicates are the caller's bug.
+    /// Build from an edge list over every name of `node_len` letters.
     pub fn from_edges(
         node_len: u32,
+        n_labels: u32,
+        weights: Vec<f64>,
+        edges: Vec<(Node, Label, Node)>,
+    ) -> Graph {
+        Graph::from_edges_in(node_len, node_count(node_len), n_labels, weights, edges)
+    }
+
+    /// Build from an edge list over the first `n` names (any order, u < v or not); duplicates
+    /// are the caller's bug.
+    pub fn from_edges_in(
+        node_len: u32,
+        n: usize,
         n_labels: u32,
         weights: Vec<f64>,
         mut edges: Vec<(Node, Label, Node)>,
@@ -89,7 +106,6 @@ impl Graph {
         }
         // graph.txt order: lines sorted as strings, i.e. by (u, label, v).
         edges.sort_unstable();
-        let n = node_count(node_len);
         let mut degree = vec![0u32; n + 1];
         for &(u, _, v) in &edges {
             degree[u as usize] += 1;
@@ -161,9 +177,11 @@ impl Graph {
         if s.len() != self.node_len as usize {
             return None;
         }
-        s.bytes().try_fold(0u32, |acc, b| {
-            b.is_ascii_uppercase().then(|| acc * 26 + (b - b'A') as u32)
-        })
+        s.bytes()
+            .try_fold(0u32, |acc, b| {
+                b.is_ascii_uppercase().then(|| acc * 26 + (b - b'A') as u32)
+            })
+            .filter(|&x| (x as usize) < self.n_nodes())
     }
 
     /// The id of a label name (`"c"`) of this graph, or None.
@@ -187,15 +205,11 @@ impl Graph {
     }
 
     /// Read `graph.txt` back; `weights` comes from the manifest.
-    pub fn read(
-        path: &Path,
-        node_len: u32,
-        n_labels: u32,
-        weights: Vec<f64>,
-    ) -> anyhow::Result<Graph> {
+    pub fn read(path: &Path, g: &GraphConfig, weights: Vec<f64>) -> anyhow::Result<Graph> {
         let text = std::fs::read_to_string(path)
             .map_err(|e| anyhow::anyhow!("{}: cannot read: {e}", path.display()))?;
-        let probe = Graph::from_edges(node_len, n_labels, weights.clone(), Vec::new());
+        let (node_len, n_labels, n) = (g.node_len, g.n_labels, g.n_nodes() as usize);
+        let probe = Graph::from_edges_in(node_len, n, n_labels, weights.clone(), Vec::new());
         let k = node_len as usize;
         let mut edges = Vec::new();
         for (i, line) in text.lines().enumerate() {
@@ -208,7 +222,7 @@ impl Graph {
             let v = probe.parse_node(&line[k + 1..]).ok_or_else(bad)?;
             edges.push((u, l, v));
         }
-        Ok(Graph::from_edges(node_len, n_labels, weights, edges))
+        Ok(Graph::from_edges_in(node_len, n, n_labels, weights, edges))
     }
 
     /// Degree histogram: entry d counts the nodes of degree d.

@@ -30,6 +30,8 @@ pub const HASH_SYMBOLS: &str = "abcdefghijklmnopqrstuvwxyz0123456789";
 #[derive(Clone, Copy, Debug)]
 pub struct Vocab {
     pub node_len: u32,
+    /// The world's nodes: the first `n_nodes` names of `node_len` letters.
+    pub n_nodes: u32,
     pub n_labels: u32,
 }
 
@@ -37,6 +39,7 @@ impl Vocab {
     pub fn new(g: &Graph) -> Vocab {
         Vocab {
             node_len: g.node_len,
+            n_nodes: g.n_nodes() as u32,
             n_labels: g.n_labels,
         }
     }
@@ -46,7 +49,7 @@ impl Vocab {
     }
 
     fn end_of_nodes(&self) -> u32 {
-        self.first_node() + 26u32.pow(self.node_len)
+        self.first_node() + self.n_nodes
     }
 
     /// Number of real tokens (the model may round its embedding up): specials, labels, nodes,
@@ -114,7 +117,9 @@ impl Vocab {
         }
         if b.len() == self.node_len as usize && b.iter().all(u8::is_ascii_uppercase) {
             let x = b.iter().fold(0u32, |acc, c| acc * 26 + (c - b'A') as u32);
-            return self.node_id(x);
+            if x < self.n_nodes {
+                return self.node_id(x);
+            }
         }
         UNK
     }
@@ -194,6 +199,7 @@ mod tests {
     fn vocab() -> Vocab {
         Vocab {
             node_len: 2,
+            n_nodes: 676,
             n_labels: 26,
         }
     }

@@ -310,7 +310,7 @@ impl DataDir {
         let manifest = read_manifest(dir)?;
         let weights = manifest.label_weights.values().copied().collect();
         let g = &manifest.config.graph;
-        let graph = Graph::read(&dir.join(GRAPH), g.node_len, g.n_labels, weights)?;
+        let graph = Graph::read(&dir.join(GRAPH), g, weights)?;
         Ok(DataDir {
             dir: dir.to_path_buf(),
             manifest,

@@ -5,7 +5,7 @@
 use std::collections::{HashMap, HashSet};
 use std::path::Path;
 
-use anyhow::{Context, Result};
+use anyhow::Result;
 use serde::Deserialize;
 
 use crate::dataset::DataDir;
@@ -30,8 +30,7 @@ pub struct Parsed {
 /// Read an answers file. With `sets`, several lines may answer one id; otherwise a repeated
 /// id is a problem. Any `output` string is accepted; a non-string `output` is a problem.
 pub fn read(path: &Path, queries: &[EvalQuery], sets: bool) -> Result<Parsed> {
-    let text = std::fs::read_to_string(path)
-        .with_context(|| format!("{}: cannot read", path.display()))?;
+    let text = crate::fsutil::read_text(path)?;
     let by_id: HashMap<u64, usize> = queries
         .iter()
         .enumerate()

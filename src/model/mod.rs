@@ -98,6 +98,12 @@ impl GptConfig {
         6.0 * self.non_embedding_params() as f64 + 12.0 * (self.n_layer * self.n_embd * t) as f64
     }
 
+    /// FLOPs of the tied LM head per loss token, forward and backward: 6·V·E. The head runs
+    /// only at loss positions (SPEC §5 revision).
+    pub fn head_flops_per_loss_token(&self) -> f64 {
+        6.0 * (self.vocab_size * self.n_embd) as f64
+    }
+
     /// HF `GPT2Config` as `config.json`.
     pub fn hf_config_json(&self) -> String {
         let j = serde_json::json!({

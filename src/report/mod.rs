@@ -1,7 +1,9 @@
 //! Reports (SPEC §9): the paper's figures from a sweep's `results.csv`, each as SVG and PNG
 //! with the CSV behind it, and a `report.md` that shows them. Drawing lives in `plot`.
 
+pub mod findings;
 pub mod plot;
+pub mod stats;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt::Write as _;
@@ -10,7 +12,9 @@ use std::path::{Path, PathBuf};
 use anyhow::{Context, Result, bail};
 
 use crate::fsutil::write_atomic;
+use findings::FLOPS;
 use plot::{Figure, Heat, Series, render};
+use stats::MeanCi;
 
 /// One row of results.csv.
 pub struct Row(BTreeMap<String, String>);
@@ -94,19 +98,16 @@ fn buckets(rows: &[Row]) -> Vec<String> {
         .collect()
 }
 
-/// A heatmap of `value` over categories of `column` (x) and log-binned FLOPs (y).
-fn flops_heatmap(
-    rows: &[&Row],
-    column: &str,
-    fmt: &dyn Fn(f64) -> String,
-    value: &str,
-) -> (Heat, String) {
+/// A heatmap of `value` over categories of `column` (x) and log-binned FLOPs (y). Each cell
+/// first averages each head count's runs (seeds), then takes the mean over head counts or,
+/// with `best_head`, the best head count.
+fn flops_heatmap(rows: &[&Row], column: &str, value: &str, best_head: bool) -> (Heat, String) {
     let mut cols: Vec<f64> = rows.iter().filter_map(|r| r.num(column)).collect();
     cols.sort_by(f64::total_cmp);
     cols.dedup();
     let logs: Vec<f64> = rows
         .iter()
-        .filter_map(|r| r.num("flops"))
+        .filter_map(|r| r.num(FLOPS))
         .filter(|f| *f > 0.0)
         .map(f64::log10)
         .collect();
@@ -116,33 +117,51 @@ fn flops_heatmap(
             (a.min(x), b.max(x))
         });
     let epochs: BTreeSet<&str> = rows.iter().map(|r| r.get("epoch")).collect();
-    let nbins = epochs.len().clamp(1, 6);
+    let nbins = epochs.len().clamp(1, 8);
     let width = ((hi - lo) / nbins as f64).max(1e-9);
     let bin = |f: f64| (((f.log10() - lo) / width).floor() as usize).min(nbins - 1);
-    let mut acc: BTreeMap<(usize, usize), (f64, usize)> = BTreeMap::new();
+    let mut acc: BTreeMap<(usize, usize, &str), (f64, usize)> = BTreeMap::new();
     for r in rows {
-        let (Some(x), Some(f), Some(v)) = (r.num(column), r.num("flops"), r.num(value)) else {
+        let (Some(x), Some(f), Some(v)) = (r.num(column), r.num(FLOPS), r.num(value)) else {
             continue;
         };
         let xi = cols.iter().position(|c| *c == x).unwrap();
-        let e = acc.entry((xi, bin(f))).or_insert((0.0, 0));
+        let e = acc.entry((xi, bin(f), r.get("n_head"))).or_insert((0.0, 0));
         e.0 += v;
         e.1 += 1;
     }
-    let mut csv = format!("{column},flops_lo,flops_hi,{value},n\n");
-    let cells: Vec<(usize, usize, f64)> = acc
+    let mut per_cell: BTreeMap<(usize, usize), Vec<(&str, f64, usize)>> = BTreeMap::new();
+    for (&(x, y, h), &(s, n)) in &acc {
+        per_cell
+            .entry((x, y))
+            .or_default()
+            .push((h, s / n as f64, n));
+    }
+    let how = if best_head {
+        "best_head"
+    } else {
+        "mean_over_heads"
+    };
+    let mut csv = format!("{column},flops_lo,flops_hi,{value}_{how},heads,runs\n");
+    let cells: Vec<(usize, usize, f64)> = per_cell
         .iter()
-        .map(|(&(x, y), &(s, n))| {
+        .map(|(&(x, y), hs)| {
+            let v = if best_head {
+                hs.iter().map(|h| h.1).fold(f64::NEG_INFINITY, f64::max)
+            } else {
+                hs.iter().map(|h| h.1).sum::<f64>() / hs.len() as f64
+            };
             let (a, b) = (
                 10f64.powf(lo + y as f64 * width),
                 10f64.powf(lo + (y + 1) as f64 * width),
             );
-            let _ = writeln!(csv, "{},{a:.4e},{b:.4e},{},{n}", cols[x], s / n as f64);
-            (x, y, s / n as f64)
+            let runs: usize = hs.iter().map(|h| h.2).sum();
+            let _ = writeln!(csv, "{},{a:.4e},{b:.4e},{v},{},{runs}", cols[x], hs.len());
+            (x, y, v)
         })
         .collect();
     let heat = Heat {
-        columns: cols.iter().map(|c| fmt(*c)).collect(),
+        columns: cols.iter().map(|c| format!("{c:.0}")).collect(),
         rows: (0..nbins)
             .map(|i| format!("{:.1e}", 10f64.powf(lo + (i as f64 + 0.5) * width)))
             .collect(),
@@ -212,58 +231,121 @@ pub fn write(input: &Path, out: Option<&Path>) -> Result<PathBuf> {
     let finals = finals(&rows);
 
     let _ = writeln!(w.md, "## Creativity across depth and width (Figure 3)\n");
+    let _ = writeln!(
+        w.md,
+        "Compute is the paper's count, 6·N + 12·L·E·T per token with the LM head left out \
+         (`flops`); `results.csv` also has `flops_with_head`.\n"
+    );
     for b in &all_buckets {
         let in_b: Vec<&Row> = rows.iter().filter(|r| r.get("bucket") == b).collect();
         for (field, stem, what, axis) in [
             ("n_layer", "depth", "Depth", "depth L"),
             ("e_over_l", "width", "Width", "E/L"),
         ] {
-            let (heat, data) =
-                flops_heatmap(&in_b, field, &|x| format!("{x:.0}"), "eval/creativity");
-            let fig = Figure::Heatmap {
-                title: format!("Creativity by {stem}, bucket {b}"),
-                x_label: axis.into(),
-                y_label: "training FLOPs".into(),
-                value_label: "C".into(),
-                heat,
-            };
-            w.figure(
-                &format!("{stem}_{b}"),
-                &fig,
-                &data,
-                &format!("{what} heatmap, bucket {b}: mean C by {axis} and FLOPs"),
-            )?;
+            for best_head in [false, true] {
+                let (heat, data) = flops_heatmap(&in_b, field, "eval/creativity", best_head);
+                let (tag, how) = if best_head {
+                    ("_best_head", "best head count")
+                } else {
+                    ("", "mean over head counts")
+                };
+                let fig = Figure::Heatmap {
+                    title: format!("Creativity by {stem}, bucket {b} ({how})"),
+                    x_label: axis.into(),
+                    y_label: "training FLOPs, LM head excluded".into(),
+                    value_label: "C".into(),
+                    heat,
+                };
+                w.figure(
+                    &format!("{stem}_{b}{tag}"),
+                    &fig,
+                    &data,
+                    &format!("{what} heatmap, bucket {b}: C by {axis} and FLOPs, {how}"),
+                )?;
+            }
         }
+    }
+    let (depth, width) = findings::groups(&rows);
+    for (groups, key, axis, stem, flops) in [
+        (&depth, "n_layer", "depth L", "depth_curve", FLOPS),
+        (
+            &width,
+            "e_over_l",
+            "E/L",
+            "width_curve",
+            findings::FLOPS_WITH_HEAD,
+        ),
+    ] {
+        let mut data = format!("group,{key},common_{flops},c_mean,c_lo,c_hi,runs\n");
+        let mut series = Vec::new();
+        for (b, rs) in groups.iter() {
+            let (common, by) = findings::at_common_compute(rs, key, flops);
+            let mut s = Series::scatter(b, Vec::new());
+            s.line = true;
+            for (k, v) in by {
+                let m = MeanCi::of(&v);
+                let k = f64::from_bits(k);
+                let _ = writeln!(
+                    data,
+                    "{b},{k},{common:.4e},{},{},{},{}",
+                    m.mean, m.lo, m.hi, m.n
+                );
+                s.points.push((k, m.mean));
+                if m.n >= 2 {
+                    s.bars.push((k, m.lo, m.hi));
+                }
+            }
+            series.push(s);
+        }
+        if series.is_empty() {
+            continue;
+        }
+        let fig = Figure::Lines {
+            title: format!("Creativity by {axis} at equal compute (mean, 95% CI over seeds)"),
+            x_label: axis.into(),
+            y_label: "C at the largest compute every run reached".into(),
+            series,
+            log_x: key == "n_layer",
+            log_y: false,
+        };
+        w.figure(
+            stem,
+            &fig,
+            &data,
+            &format!(
+                "C against {axis} at equal compute, a line per group: mean over seeds with a \
+                 95% t-interval"
+            ),
+        )?;
     }
 
     let _ = writeln!(w.md, "## The novelty–utility tradeoff (Figure 4)\n");
-    let mut data = String::from("bucket,constraints,novelty_norm,runs\n");
+    let mut data = String::from("bucket,constraints,novelty_pooled_mean,lo,hi,runs\n");
     let mut series = Vec::new();
     for b in &all_buckets {
-        let mut pts = Vec::new();
+        let mut s = Series::scatter(b, Vec::new());
+        s.line = true;
         for c in 0..16 {
             let v: Vec<f64> = finals
                 .iter()
                 .filter(|r| r.get("bucket") == b)
-                .filter_map(|r| r.num(&format!("novelty_norm/c{c}")))
+                .filter_map(|r| r.num(&format!("novelty_pooled/c{c}")))
                 .collect();
             if !v.is_empty() {
-                let m = v.iter().sum::<f64>() / v.len() as f64;
-                let _ = writeln!(data, "{b},{c},{m},{}", v.len());
-                pts.push((c as f64, m));
+                let m = MeanCi::of(&v);
+                let _ = writeln!(data, "{b},{c},{},{},{},{}", m.mean, m.lo, m.hi, m.n);
+                s.points.push((c as f64, m.mean));
+                if m.n >= 2 {
+                    s.bars.push((c as f64, m.lo, m.hi));
+                }
             }
         }
-        series.push(Series {
-            name: b.clone(),
-            points: pts,
-            line: true,
-            bars: vec![],
-        });
+        series.push(s);
     }
     let fig = Figure::Lines {
-        title: "Novelty of valid answers against utility demanded".into(),
+        title: "Novelty of valid answers against utility demanded (mean, 95% CI)".into(),
         x_label: "constraints |I| + |X|".into(),
-        y_label: "novelty / novelty of 1-hop answers".into(),
+        y_label: "pooled novelty / novelty of 1-hop answers".into(),
         series,
         log_x: false,
         log_y: false,
@@ -272,48 +354,75 @@ pub fn write(input: &Path, out: Option<&Path>) -> Result<PathBuf> {
         "tradeoff",
         &fig,
         &data,
-        "Normalised novelty against the number of constraints, a line per bucket",
+        "Normalised novelty against the number of constraints, a line per bucket: every valid \
+         answer of a constraint count pooled, over the mean of the valid 1-hop answers at that \
+         count; runs at their last epoch, mean and 95% t-interval over runs",
     )?;
 
     let _ = writeln!(w.md, "## Error types (Figure 5)\n");
-    let types: Vec<String> = rows[0]
-        .0
-        .keys()
-        .filter_map(|k| k.strip_prefix("eval/err/").map(str::to_string))
-        .collect();
-    let mut data = String::from("bucket,error,mean_count\n");
-    let mut series = Vec::new();
-    for b in &all_buckets {
-        let in_b: Vec<&&Row> = finals.iter().filter(|r| r.get("bucket") == b).collect();
-        let vals: Vec<f64> = types
-            .iter()
-            .map(|t| {
-                let v: Vec<f64> = in_b
-                    .iter()
-                    .filter_map(|r| r.num(&format!("eval/err/{t}")))
-                    .collect();
-                v.iter().sum::<f64>() / v.len().max(1) as f64
-            })
+    for (prefix, stem, what, log) in [
+        (
+            "eval/err/",
+            "errors",
+            "Error types (mean count per run)",
+            true,
+        ),
+        (
+            "rollup/",
+            "errors_rollup",
+            "Hallucination against invalid path (mean count per run, 95% CI)",
+            false,
+        ),
+    ] {
+        let types: Vec<String> = rows[0]
+            .0
+            .keys()
+            .filter_map(|k| k.strip_prefix(prefix).map(str::to_string))
             .collect();
-        for (t, v) in types.iter().zip(&vals) {
-            let _ = writeln!(data, "{b},{t},{v}");
+        let mut data = String::from("bucket,error,mean_count,lo,hi,runs\n");
+        let (mut series, mut spread) = (Vec::new(), Vec::new());
+        for b in &all_buckets {
+            let in_b: Vec<&&Row> = finals.iter().filter(|r| r.get("bucket") == b).collect();
+            let ms: Vec<MeanCi> = types
+                .iter()
+                .map(|t| {
+                    let v: Vec<f64> = in_b
+                        .iter()
+                        .filter_map(|r| r.num(&format!("{prefix}{t}")))
+                        .collect();
+                    MeanCi::of(&v)
+                })
+                .collect();
+            for (t, m) in types.iter().zip(&ms) {
+                let _ = writeln!(data, "{b},{t},{},{},{},{}", m.mean, m.lo, m.hi, m.n);
+            }
+            series.push((b.clone(), ms.iter().map(|m| m.mean).collect()));
+            spread.push(
+                ms.iter()
+                    .map(|m| if m.n >= 2 { m.half() } else { 0.0 })
+                    .collect(),
+            );
         }
-        series.push((b.clone(), vals));
+        let fig = Figure::Bars {
+            title: format!("{what}, last epoch"),
+            y_label: if log {
+                "answers (log scale)"
+            } else {
+                "answers"
+            }
+            .into(),
+            categories: types
+                .iter()
+                .map(|t| {
+                    t.replace("hallucinated_", "halluc. ")
+                        .replace("_violation", " viol.")
+                })
+                .collect(),
+            series,
+            spread: (!log).then_some(spread),
+        };
+        w.figure(stem, &fig, &data, &format!("{what}, by bucket"))?;
     }
-    let fig = Figure::Bars {
-        title: "Errors at the last epoch (mean count per run)".into(),
-        y_label: "answers (log scale)".into(),
-        categories: types
-            .iter()
-            .map(|t| {
-                t.replace("hallucinated_", "halluc. ")
-                    .replace("_violation", " viol.")
-            })
-            .collect(),
-        series,
-        spread: None,
-    };
-    w.figure("errors", &fig, &data, "Error types by bucket, log scale")?;
 
     let _ = writeln!(w.md, "## Creativity against compute\n");
     against_flops(
@@ -374,6 +483,34 @@ pub fn write(input: &Path, out: Option<&Path>) -> Result<PathBuf> {
     }
 
     objectives(&mut w, &finals)?;
+
+    let found = findings::findings(&rows);
+    let _ = writeln!(w.md, "## The paper's claims\n");
+    let _ = writeln!(w.md, "| claim | verdict | statistic |\n| --- | --- | --- |");
+    for f in &found {
+        let _ = writeln!(
+            w.md,
+            "| {}. {} | {} | {} |",
+            f.claim,
+            f.name,
+            serde_json::to_value(f.verdict)?.as_str().unwrap_or(""),
+            f.statistic
+        );
+    }
+    let _ = writeln!(
+        w.md,
+        "\nThe tests, and the numbers behind each verdict, are in `findings.json`.\n"
+    );
+    let doc = serde_json::json!({
+        "input": csv.display().to_string(),
+        "command": format!("lab report {}", input.display()),
+        "compute_axis": "flops: training FLOPs without the LM head (SPEC §5)",
+        "claims": found,
+    });
+    write_atomic(
+        &out.join("findings.json"),
+        (serde_json::to_string_pretty(&doc)? + "\n").as_bytes(),
+    )?;
 
     let md = out.join("report.md");
     write_atomic(&md, w.md.as_bytes())?;

@@ -2,14 +2,15 @@
 //! counts, cumulative FLOPs and every evaluation figure, read from the run directories.
 
 use std::collections::BTreeSet;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use anyhow::Result;
 use serde_json::Value;
 
+use crate::config::Config;
 use crate::eval::summary::Summary;
 use crate::fsutil::write_atomic;
-use crate::sweep::{PlanRow, State, Sweep, squeue_jobs, state};
+use crate::sweep::{PlanRow, State, Sweep, export, squeue_jobs, state};
 use crate::train::metrics;
 
 /// A parameter count as a short label, one significant digit: 786432 → "800k",
@@ -65,87 +66,108 @@ fn csv_field(v: &Value) -> String {
     }
 }
 
-pub fn collect(sweep: &Sweep, plan: &[PlanRow]) -> Result<Collected> {
-    let squeue = squeue_jobs();
-    // The group of a run in the figures: its bucket's target, or the sweep itself for a grid.
-    let bucket = match &sweep.spec.bucket {
-        Some(b) => params_label(b.target as f64),
-        None => sweep.spec.name.clone(),
-    };
-    let mut records: Vec<Vec<(String, Value)>> = Vec::new();
-    let mut left_out = Vec::new();
-    for (row, planned) in plan.iter().zip(&sweep.spec.runs) {
-        if let State::Failed { log, error } = state(&row.dir, &squeue) {
-            left_out.push((
-                row.run.clone(),
-                format!("failed: {error} (log: {})", log.display()),
-            ));
-            continue;
-        }
-        let cfg = &planned.config;
-        let lines = metrics::read_lines(&row.dir)?;
-        let evals: Vec<_> = lines
-            .into_iter()
-            .filter(|l| l.contains_key("val/loss"))
-            .collect();
-        if evals.is_empty() {
-            left_out.push((row.run.clone(), "no evaluated epoch yet".into()));
-            continue;
-        }
-        for line in evals {
-            let epoch = line.get("epoch").and_then(Value::as_u64).unwrap_or(0);
-            let mut r: Vec<(String, Value)> = vec![
-                ("sweep".into(), sweep.spec.name.clone().into()),
-                ("run".into(), row.run.clone().into()),
-                ("bucket".into(), bucket.clone().into()),
-                ("n_layer".into(), row.n_layer.into()),
-                ("n_embd".into(), row.n_embd.into()),
-                ("n_head".into(), row.n_head.into()),
-                (
-                    "e_over_l".into(),
-                    (row.n_embd as f64 / row.n_layer as f64).into(),
-                ),
-                ("seed".into(), cfg.train.seed.into()),
-                ("world_seed".into(), cfg.graph.seed.into()),
-                ("lr".into(), cfg.peak_lr().into()),
-                ("batch_size".into(), cfg.train.batch_size.into()),
-                ("epochs".into(), cfg.train.epochs.into()),
-            ];
-            for (k, v) in &planned.axes {
-                r.push((
-                    format!("axis:{k}"),
-                    Value::String(v.to_string().trim_matches('"').to_string()),
-                ));
-            }
-            r.push(("total_params".into(), row.total_params.into()));
-            r.push((
-                "non_embedding_params".into(),
-                row.non_embedding_params.into(),
-            ));
-            for (k, v) in &line {
-                r.push((k.clone(), v.clone()));
-            }
-            let summary_path = row
-                .dir
-                .join("eval")
-                .join(format!("epoch-{epoch:02}.summary.json"));
-            if let Ok(text) = std::fs::read_to_string(&summary_path)
-                && let Ok(s) = serde_json::from_str::<Summary>(&text)
-            {
-                for (k, v) in &s.figures.rollup {
-                    r.push((format!("rollup/{k}"), (*v).into()));
-                }
-                for (c, v) in novelty_norm_by_constraints(&s) {
-                    r.push((format!("novelty_norm/c{c}"), v.into()));
-                }
-            }
-            records.push(r);
-        }
+/// A run's group in the figures: its bucket's target, or the sweep for a grid.
+pub fn bucket_label(sweep: &str, target: Option<u64>) -> String {
+    match target {
+        Some(t) => params_label(t as f64),
+        None => sweep.to_string(),
     }
-    // Columns: the fixed ones in order, then every other key in sorted order.
+}
+
+type Record = Vec<(String, Value)>;
+
+/// Normalised novelty per constraint count (level − 1), pooled over hops: the mean novelty of
+/// every valid answer at that count over the mean of its valid 1-hop answers (SPEC §9).
+fn novelty_pooled_by_constraints(s: &Summary) -> Vec<(u32, f64)> {
+    let mut levels: Vec<u32> = s.by_hop_level.iter().map(|c| c.level).collect();
+    levels.sort_unstable();
+    levels.dedup();
+    levels
+        .into_iter()
+        .filter_map(|l| {
+            let cells = s.by_hop_level.iter().filter(|c| c.level == l);
+            let (mut sum, mut valid, mut base) = (0.0, 0.0, None);
+            for c in cells {
+                let f = &c.figures;
+                if let Some(nv) = f.novelty_valid {
+                    let k = f.valid_rate * f.n as f64;
+                    sum += nv * k;
+                    valid += k;
+                    if c.hop == 1 {
+                        base = Some(nv);
+                    }
+                }
+            }
+            base.filter(|_| valid > 0.0)
+                .map(|b| (l - 1, sum / valid / b))
+        })
+        .collect()
+}
+
+/// The rows of one run: one per evaluated epoch, read from its directory `row.dir`.
+fn records(sweep: &str, bucket: &str, row: &PlanRow, cfg: &Config) -> Result<Vec<Record>> {
+    let lines = metrics::read_lines(&row.dir)?;
+    let mut out = Vec::new();
+    for line in lines.into_iter().filter(|l| l.contains_key("val/loss")) {
+        let epoch = line.get("epoch").and_then(Value::as_u64).unwrap_or(0);
+        let mut r: Record = vec![
+            ("sweep".into(), sweep.into()),
+            ("run".into(), row.run.clone().into()),
+            ("bucket".into(), bucket.into()),
+            ("n_layer".into(), row.n_layer.into()),
+            ("n_embd".into(), row.n_embd.into()),
+            ("n_head".into(), row.n_head.into()),
+            (
+                "e_over_l".into(),
+                (row.n_embd as f64 / row.n_layer as f64).into(),
+            ),
+            ("seed".into(), cfg.train.seed.into()),
+            ("world_seed".into(), cfg.graph.seed.into()),
+            ("lr".into(), cfg.peak_lr().into()),
+            ("batch_size".into(), cfg.train.batch_size.into()),
+            ("epochs".into(), cfg.train.epochs.into()),
+        ];
+        for (k, v) in &row.axes {
+            r.push((
+                format!("axis:{k}"),
+                Value::String(v.trim_matches('"').to_string()),
+            ));
+        }
+        r.push(("total_params".into(), row.total_params.into()));
+        r.push((
+            "non_embedding_params".into(),
+            row.non_embedding_params.into(),
+        ));
+        for (k, v) in &line {
+            r.push((k.clone(), v.clone()));
+        }
+        let summary_path = row
+            .dir
+            .join("eval")
+            .join(format!("epoch-{epoch:02}.summary.json"));
+        if let Ok(text) = std::fs::read_to_string(&summary_path)
+            && let Ok(s) = serde_json::from_str::<Summary>(&text)
+        {
+            for (k, v) in &s.figures.rollup {
+                r.push((format!("rollup/{k}"), (*v).into()));
+            }
+            for (c, v) in novelty_norm_by_constraints(&s) {
+                r.push((format!("novelty_norm/c{c}"), v.into()));
+            }
+            for (c, v) in novelty_pooled_by_constraints(&s) {
+                r.push((format!("novelty_pooled/c{c}"), v.into()));
+            }
+        }
+        out.push(r);
+    }
+    Ok(out)
+}
+
+/// Write the records as CSV: the fixed columns in order, then every other key sorted.
+fn write_csv(records: &[Record], path: &Path) -> Result<()> {
     let mut fixed: Vec<String> = Vec::new();
     let mut rest = BTreeSet::new();
-    for r in &records {
+    for r in records {
         for (k, _) in r {
             if k.contains('/') || k.starts_with("axis:") {
                 rest.insert(k.clone());
@@ -156,7 +178,7 @@ pub fn collect(sweep: &Sweep, plan: &[PlanRow]) -> Result<Collected> {
     }
     let columns: Vec<String> = fixed.into_iter().chain(rest).collect();
     let mut text = columns.join(",") + "\n";
-    for r in &records {
+    for r in records {
         let cells: Vec<String> = columns
             .iter()
             .map(|c| {
@@ -169,11 +191,54 @@ pub fn collect(sweep: &Sweep, plan: &[PlanRow]) -> Result<Collected> {
         text.push_str(&cells.join(","));
         text.push('\n');
     }
+    write_atomic(path, text.as_bytes())
+}
+
+pub fn collect(sweep: &Sweep, plan: &[PlanRow]) -> Result<Collected> {
+    let squeue = squeue_jobs();
+    let mut all = Vec::new();
+    let mut left_out = Vec::new();
+    for (row, planned) in plan.iter().zip(&sweep.spec.runs) {
+        if let State::Failed { log, error } = state(&row.dir, &squeue) {
+            left_out.push((
+                row.run.clone(),
+                format!("failed: {error} (log: {})", log.display()),
+            ));
+            continue;
+        }
+        let bucket = bucket_label(&sweep.spec.name, planned.target);
+        let rs = records(&sweep.spec.name, &bucket, row, &planned.config)?;
+        if rs.is_empty() {
+            left_out.push((row.run.clone(), "no evaluated epoch yet".into()));
+        }
+        all.extend(rs);
+    }
     let path = sweep.dir.join("results.csv");
-    write_atomic(&path, text.as_bytes())?;
+    write_csv(&all, &path)?;
     Ok(Collected {
         path,
-        rows: records.len(),
+        rows: all.len(),
+        left_out,
+    })
+}
+
+/// `results.csv` of a results directory (`export`), from its exported runs alone.
+pub fn collect_results(results: &Path) -> Result<Collected> {
+    let mut all = Vec::new();
+    let mut left_out = Vec::new();
+    for (meta, dir) in export::runs(results)? {
+        let cfg = Config::load(&dir.join("config.toml"))?;
+        let rs = records(&meta.sweep, &meta.bucket, &meta.plan, &cfg)?;
+        if rs.is_empty() {
+            left_out.push((meta.plan.run.clone(), "no evaluated epoch".into()));
+        }
+        all.extend(rs);
+    }
+    let path = results.join("results.csv");
+    write_csv(&all, &path)?;
+    Ok(Collected {
+        path,
+        rows: all.len(),
         left_out,
     })
 }

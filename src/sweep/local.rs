@@ -47,17 +47,27 @@ fn spawn(row: &PlanRow, threads: usize, device: &str) -> Result<Child> {
         .with_context(|| format!("starting the run {}", row.run))
 }
 
-/// Run every run of `plan` that is not done, `jobs` at a time.
-pub fn run(plan: &[PlanRow], jobs: usize, device: &str) -> Result<Tally> {
+/// Run every run of `plan` that is not done, `jobs` at a time; `on_done` sees each run that
+/// finishes (to export it).
+pub fn run(
+    plan: &[&PlanRow],
+    jobs: usize,
+    threads: Option<usize>,
+    device: &str,
+    on_done: &dyn Fn(&PlanRow) -> Result<()>,
+) -> Result<Tally> {
     let cores = std::thread::available_parallelism()
         .map(|n| n.get())
         .unwrap_or(1);
-    let threads = (cores / jobs.max(1)).max(1);
-    let mut queue: Vec<&PlanRow> = plan
-        .iter()
-        .filter(|r| !r.dir.join(DONE).exists())
-        .rev()
-        .collect();
+    let threads = threads.unwrap_or(cores / jobs.max(1)).max(1);
+    let mut queue: Vec<&PlanRow> = Vec::new();
+    for r in plan.iter().rev() {
+        if r.dir.join(DONE).exists() {
+            on_done(r)?;
+        } else {
+            queue.push(r);
+        }
+    }
     let mut live: Vec<(&PlanRow, Child)> = Vec::new();
     let mut tally = Tally::default();
     loop {
@@ -78,6 +88,7 @@ pub fn run(plan: &[PlanRow], jobs: usize, device: &str) -> Result<Tally> {
                     let (row, _) = live.swap_remove(i);
                     match status.code() {
                         Some(0) => {
+                            on_done(row)?;
                             eprintln!("done  {}", row.run);
                             tally.done.push(row.run.clone());
                         }

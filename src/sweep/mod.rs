@@ -3,6 +3,7 @@
 //! Specs come from `spec`; backends from `local` and `slurm`; the table from `collect`.
 
 pub mod collect;
+pub mod export;
 pub mod local;
 pub mod slurm;
 pub mod spec;
@@ -53,6 +54,68 @@ impl Sweep {
 
     pub fn run_dir(&self, run: &str) -> PathBuf {
         self.dir.join("runs").join(run)
+    }
+
+    /// The runs of `plan` still to train (not exported to the spec's results directory),
+    /// seed-major: every setting's first seed before any second seed, so that a sweep cut short
+    /// still covers its grid.
+    pub fn pending<'a>(&self, plan: &'a [PlanRow]) -> Vec<&'a PlanRow> {
+        let mut todo: Vec<(u64, &PlanRow)> = plan
+            .iter()
+            .zip(&self.spec.runs)
+            .filter(|(r, _)| {
+                self.spec
+                    .results
+                    .as_ref()
+                    .is_none_or(|res| !export::exported(res, &r.run))
+            })
+            .map(|(r, p)| (p.config.train.seed, r))
+            .collect();
+        todo.sort_by_key(|t| t.0);
+        todo.into_iter().map(|t| t.1).collect()
+    }
+
+    /// Export one finished run to the spec's results directory, with the spec and its base
+    /// config beside the runs; does nothing without `results`.
+    pub fn export(&self, row: &PlanRow) -> Result<()> {
+        let Some(res) = &self.spec.results else {
+            return Ok(());
+        };
+        let target = self
+            .spec
+            .runs
+            .iter()
+            .find(|p| p.name == row.run)
+            .and_then(|p| p.target);
+        for f in [&self.spec.path, &self.spec.base] {
+            let bytes =
+                std::fs::read(f).with_context(|| format!("{}: cannot read", f.display()))?;
+            let name = f.file_name().context("a file name")?;
+            std::fs::create_dir_all(res)
+                .with_context(|| format!("{}: cannot create directory", res.display()))?;
+            write_atomic(&res.join(name), &bytes)?;
+        }
+        export::export(
+            res,
+            &export::Meta {
+                sweep: self.spec.name.clone(),
+                bucket: collect::bucket_label(&self.spec.name, target),
+                plan: row.clone(),
+            },
+        )?;
+        Ok(())
+    }
+
+    /// Export every `DONE` run not exported yet; returns how many.
+    pub fn export_done(&self, plan: &[PlanRow]) -> Result<usize> {
+        let mut n = 0;
+        for r in self.pending(plan) {
+            if r.dir.join(DONE).exists() {
+                self.export(r)?;
+                n += 1;
+            }
+        }
+        Ok(n)
     }
 
     pub fn config_path(&self, run: &str) -> PathBuf {

@@ -24,23 +24,56 @@ struct SpecFile {
     /// Explicit lists, crossed: `[grid.model] n_layer = [2, 4]`.
     #[serde(default)]
     grid: toml::Table,
+    /// Lists of equal length taken together, as one more axis: `[zip.model] n_embd = [64,
+    /// 128]` with `[zip.train] epochs = [8, 2]` gives two runs, not four.
+    #[serde(default)]
+    zip: toml::Table,
     bucket: Option<Bucket>,
+    /// Where finished runs are exported for committing (relative to the spec file); runs
+    /// found there are not trained again.
+    results: Option<PathBuf>,
 }
 
-/// A size bucket: the target non-embedding parameter count 12·L·E² and the depths to try; E
-/// follows from the target, and heads come from a list.
+/// A size bucket: the target non-embedding parameter count 12·L·E² (one, or a list of
+/// buckets crossed with the rest) and the depths to try; E follows from the target, rounded
+/// to a multiple of `round`, and heads come from a list.
 #[derive(Clone, Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Bucket {
-    pub target: u64,
+    pub target: Targets,
     pub n_layer: Vec<u32>,
     pub n_head: Vec<u32>,
+    /// E is rounded to a multiple of this. SPEC §8: 32 (64 made "1M" span 0.79–1.57M).
+    #[serde(default = "default_round")]
+    pub round: u32,
 }
 
-/// E for depth L: √(target / 12L) rounded to a multiple of 64 (SPEC §8).
-pub fn bucket_width(target: u64, n_layer: u32) -> u32 {
+fn default_round() -> u32 {
+    32
+}
+
+/// One bucket target or several.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(untagged)]
+pub enum Targets {
+    One(u64),
+    Many(Vec<u64>),
+}
+
+impl Targets {
+    pub fn list(&self) -> Vec<u64> {
+        match self {
+            Targets::One(t) => vec![*t],
+            Targets::Many(v) => v.clone(),
+        }
+    }
+}
+
+/// E for depth L: √(target / 12L) rounded to a multiple of `round` (SPEC §8).
+pub fn bucket_width(target: u64, n_layer: u32, round: u32) -> u32 {
     let e = (target as f64 / (12.0 * n_layer as f64)).sqrt();
-    ((e / 64.0).round() * 64.0) as u32
+    let r = round as f64;
+    ((e / r).round() * r) as u32
 }
 
 /// One planned run: its name, its resolved config, and the values of the swept fields.
@@ -50,14 +83,19 @@ pub struct Planned {
     pub config: Config,
     /// The swept fields of this run (dotted path → value), in axis order.
     pub axes: Vec<(String, Value)>,
+    /// The bucket target this run was sized for, if the sweep has a bucket.
+    pub target: Option<u64>,
 }
 
 /// A resolved sweep.
 pub struct Spec {
     pub path: PathBuf,
     pub name: String,
-    pub bucket: Option<Bucket>,
     pub runs: Vec<Planned>,
+    /// The base config's path (relative to the working directory).
+    pub base: PathBuf,
+    /// The results directory, resolved against the spec's folder.
+    pub results: Option<PathBuf>,
 }
 
 /// `section.field` paths of a nested table of leaves, in file order.
@@ -148,25 +186,32 @@ impl Spec {
             }
             lists.push((k, items));
         }
-        // The bucket's (L, E, H) combinations form one more axis.
-        let mut shapes: Vec<Vec<(String, Value)>> = vec![Vec::new()];
+        // The bucket's (target, L, E, H) combinations form one more axis.
+        let mut shapes: Vec<(Option<u64>, Vec<(String, Value)>)> = vec![(None, Vec::new())];
         if let Some(b) = &file.bucket {
-            if b.n_layer.is_empty() || b.n_head.is_empty() {
+            if b.n_layer.is_empty() || b.n_head.is_empty() || b.target.list().is_empty() {
                 return Err(err(
                     "bucket",
-                    "n_layer and n_head must list at least one value".into(),
+                    "target, n_layer and n_head must list at least one value".into(),
                 ));
             }
+            if b.round == 0 {
+                return Err(err("bucket.round", "must be at least 1".into()));
+            }
             shapes.clear();
-            for &l in &b.n_layer {
-                let e = bucket_width(b.target, l);
+            for (target, &l) in b
+                .target
+                .list()
+                .into_iter()
+                .flat_map(|t| b.n_layer.iter().map(move |l| (t, l)))
+            {
+                let e = bucket_width(target, l, b.round);
                 let min_h = *b.n_head.iter().min().unwrap();
                 if l == 0 || e < min_h || e == 0 {
                     return Err(err(
                         "bucket.n_layer",
                         format!(
-                            "L = {l} gives E = {e} (target {}), smaller than every head count",
-                            b.target
+                            "L = {l} gives E = {e} (target {target}), smaller than every head count"
                         ),
                     ));
                 }
@@ -180,41 +225,81 @@ impl Spec {
                     return Err(err(
                         "bucket.n_head",
                         format!(
-                            "no head count in {:?} divides E = {e} (L = {l}, target {})",
-                            b.n_head, b.target
+                            "no head count in {:?} divides E = {e} (L = {l}, target {target})",
+                            b.n_head
                         ),
                     ));
                 }
                 for h in heads {
-                    shapes.push(vec![
-                        ("model.n_layer".into(), Value::Integer(l as i64)),
-                        ("model.n_embd".into(), Value::Integer(e as i64)),
-                        ("model.n_head".into(), Value::Integer(h as i64)),
-                    ]);
+                    shapes.push((
+                        Some(target),
+                        vec![
+                            ("model.n_layer".into(), Value::Integer(l as i64)),
+                            ("model.n_embd".into(), Value::Integer(e as i64)),
+                            ("model.n_head".into(), Value::Integer(h as i64)),
+                        ],
+                    ));
                 }
             }
-        } else if lists.is_empty() {
+        } else if lists.is_empty() && file.zip.is_empty() {
             return Err(err(
                 "grid",
                 "empty: a sweep needs at least one grid axis or a [bucket]".into(),
             ));
         }
-        let mut combos: Vec<Vec<(String, Value)>> = shapes;
+        let mut zipped = Vec::new();
+        flatten("", &file.zip, &mut zipped);
+        let mut zip_rows: Vec<Vec<(String, Value)>> = Vec::new();
+        for (k, v) in zipped {
+            let Value::Array(items) = v else {
+                return Err(err(&format!("zip.{k}"), "must be a list of values".into()));
+            };
+            if !zip_rows.is_empty() && items.len() != zip_rows.len() {
+                return Err(err(
+                    &format!("zip.{k}"),
+                    format!(
+                        "has {} values; every zip list needs the same length ({})",
+                        items.len(),
+                        zip_rows.len()
+                    ),
+                ));
+            }
+            if items.is_empty() {
+                return Err(err(&format!("zip.{k}"), "is an empty list".into()));
+            }
+            zip_rows.resize(items.len(), Vec::new());
+            for (row, item) in zip_rows.iter_mut().zip(items) {
+                row.push((k.clone(), item));
+            }
+        }
+        let mut combos = shapes;
+        if !zip_rows.is_empty() {
+            combos = combos
+                .into_iter()
+                .flat_map(|(t, c)| {
+                    zip_rows.iter().map(move |z| {
+                        let mut c = c.clone();
+                        c.extend(z.iter().cloned());
+                        (t, c)
+                    })
+                })
+                .collect();
+        }
         for (k, items) in &lists {
             combos = combos
                 .into_iter()
-                .flat_map(|c| {
+                .flat_map(|(t, c)| {
                     items.iter().map(move |v| {
                         let mut c = c.clone();
                         c.push((k.clone(), v.clone()));
-                        c
+                        (t, c)
                     })
                 })
                 .collect();
         }
         let mut runs = Vec::new();
         let mut seen = BTreeMap::new();
-        for combo in combos {
+        for (target, combo) in combos {
             let mut doc = base.clone();
             for (k, v) in set.iter().chain(&combo) {
                 put(&mut doc, k, v.clone());
@@ -251,13 +336,16 @@ impl Spec {
                 name,
                 config,
                 axes: combo,
+                target,
             });
         }
+        let dir = path.parent().unwrap_or(Path::new("."));
         Ok(Spec {
             path: path.to_path_buf(),
             name: file.name,
-            bucket: file.bucket,
             runs,
+            results: file.results.map(|r| dir.join(r)),
+            base: base_path,
         })
     }
 
@@ -272,11 +360,13 @@ mod tests {
     use super::*;
 
     #[test]
-    fn bucket_widths_round_to_64() {
-        // 100M at L = 8: √(1e8 / 96) = 1020.6 → 1024.
-        assert_eq!(bucket_width(100_000_000, 8), 1024);
-        // 1M at L = 4: √(1e6 / 48) = 144.3 → 128.
-        assert_eq!(bucket_width(1_000_000, 4), 128);
-        assert_eq!(bucket_width(10_000_000, 6), 384);
+    fn bucket_widths_round_to_the_knob() {
+        // 100M at L = 8: √(1e8 / 96) = 1020.6 → 1024 either way.
+        assert_eq!(bucket_width(100_000_000, 8, 32), 1024);
+        assert_eq!(bucket_width(100_000_000, 8, 64), 1024);
+        // 1M at L = 4: √(1e6 / 48) = 144.3 → 160 by 32 (1.23M), 128 by 64 (0.79M).
+        assert_eq!(bucket_width(1_000_000, 4, 32), 160);
+        assert_eq!(bucket_width(1_000_000, 4, 64), 128);
+        assert_eq!(bucket_width(10_000_000, 6, 32), 384);
     }
 }

@@ -133,6 +133,7 @@ mod tests {
     fn packing_and_loss_mask() {
         let v = Vocab {
             node_len: 2,
+            n_nodes: 676,
             n_labels: 26,
         };
         let lines = vec![
@@ -166,6 +167,7 @@ mod tests {
     fn teacherless_layout_and_masking() {
         let v = Vocab {
             node_len: 2,
+            n_nodes: 676,
             n_labels: 26,
         };
         let s = Sequences::from_lines(&v, &["AA QR [ c ] [ ] : AA c KL b QR <eos>".to_string()])
@@ -202,6 +204,7 @@ mod tests {
     fn hash_prefixes_are_fresh_per_example_and_epoch_and_reproducible() {
         let v = Vocab {
             node_len: 2,
+            n_nodes: 676,
             n_labels: 26,
         };
         let t = TrainConfig {
@@ -251,6 +254,7 @@ mod tests {
     fn orders_are_reproducible_permutations() {
         let v = Vocab {
             node_len: 2,
+            n_nodes: 676,
             n_labels: 26,
         };
         let t = TrainConfig::default();

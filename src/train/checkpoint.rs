@@ -27,8 +27,11 @@ pub struct TrainerState {
     pub epoch: u64,
     /// The data cursor: batches of the current epoch already trained on.
     pub batch: u64,
-    /// Cumulative training FLOPs (SPEC §5).
+    /// Cumulative training FLOPs (SPEC §5), the LM head left out.
     pub flops: f64,
+    /// Cumulative FLOPs of the LM head alone: 6·V·E per loss token (SPEC §5 revision).
+    #[serde(default)]
+    pub flops_head: f64,
     /// Non-padding tokens trained on.
     pub tokens: u64,
     /// Wall seconds spent training so far.

@@ -77,18 +77,21 @@ impl Metrics {
         Ok(Metrics { path, file, tb })
     }
 
-    /// Log figures at `step`: one JSON line, and one TensorBoard scalar per figure.
+    /// Log figures at `step`: one JSON line, and one TensorBoard scalar per figure. `flops` is
+    /// the cumulative count without the LM head and the head's own, logged as `flops` and
+    /// `flops_with_head` (SPEC §5).
     pub fn log(
         &mut self,
         step: u64,
         epoch: u64,
-        flops: f64,
+        flops: [f64; 2],
         figures: &[(String, f64)],
     ) -> Result<()> {
         let mut m = Map::new();
         m.insert("step".into(), step.into());
         m.insert("epoch".into(), epoch.into());
-        m.insert("flops".into(), flops.into());
+        m.insert("flops".into(), flops[0].into());
+        m.insert("flops_with_head".into(), (flops[0] + flops[1]).into());
         for (k, v) in figures {
             m.insert(
                 k.clone(),

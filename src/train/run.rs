@@ -333,6 +333,7 @@ fn train_in(
             s.step += 1;
             s.batch += 1;
             s.flops += batch.tokens as f64 * gcfg.flops_per_token(batch.t);
+            s.flops_head += batch.loss_tokens as f64 * gcfg.head_flops_per_loss_token();
             s.tokens += batch.tokens as u64;
             s.seconds += t0.elapsed().as_secs_f64();
             call_tokens += batch.tokens as u64;
@@ -358,7 +359,7 @@ fn train_in(
                     mean,
                     window.0 as f64 / secs
                 ));
-                let (step, epoch, flops) = (s.step, s.epoch + 1, s.flops);
+                let (step, epoch, flops) = (s.step, s.epoch + 1, [s.flops, s.flops_head]);
                 lp.metrics.log(step, epoch, flops, &figures)?;
                 window = (0, Instant::now());
                 lp.state.window_loss = 0.0;
@@ -373,6 +374,11 @@ fn train_in(
         }
         lp.state.epoch += 1;
         lp.state.batch = 0;
+        let last = lp.state.epoch >= cfg.train.epochs as u64;
+        if !last && !lp.state.epoch.is_multiple_of(cfg.eval.every as u64) {
+            lp.checkpoint()?;
+            continue;
+        }
         let v = validation_loss(&model, &cache.val, b, &[])?;
         val_loss = Some(v);
         let mut figures = vec![("val/loss".to_string(), v)];
@@ -392,7 +398,8 @@ fn train_in(
             lp.state.epoch,
             &run_dir,
         )?);
-        let (step, epoch, flops) = (lp.state.step, lp.state.epoch, lp.state.flops);
+        let s = &lp.state;
+        let (step, epoch, flops) = (s.step, s.epoch, [s.flops, s.flops_head]);
         lp.metrics.log(step, epoch, flops, &figures)?;
         lp.checkpoint()?;
     };

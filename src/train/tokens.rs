@@ -158,6 +158,7 @@ mod tests {
     fn bytes_round_trip() {
         let v = Vocab {
             node_len: 2,
+            n_nodes: 676,
             n_labels: 26,
         };
         let lines = vec![

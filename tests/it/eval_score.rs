@@ -138,7 +138,11 @@ proptest! {
     #[test]
     fn any_token_ids_get_one_classification(ids in proptest::collection::vec(0u32..800, 0..30)) {
         let g = graph();
-        let v = Vocab { node_len: 2, n_labels: 4 };
+        let v = Vocab {
+            node_len: 2,
+            n_nodes: 676,
+            n_labels: 4,
+        };
         let r = score(&g, &query(), None, &v.decode(&ids), true, &Alphas::default());
         prop_assert_eq!(r.valid, r.error.is_none());
     }

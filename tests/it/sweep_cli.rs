@@ -306,11 +306,11 @@ fn bad_sweep_specs() {
     );
     bad_spec(head, &["bad.toml", "grid", "empty"]);
     bad_spec(
-        &format!("{head}[bucket]\ntarget = 1000000\nn_layer = [4]\nn_head = [3, 5]\n"),
+        &format!("{head}[bucket]\ntarget = 1000000\nn_layer = [4]\nn_head = [3, 7]\n"),
         &[
             "bad.toml",
             "bucket.n_head",
-            "no head count in [3, 5] divides E = 128",
+            "no head count in [3, 7] divides E = 160",
         ],
     );
     bad_spec(

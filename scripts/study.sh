@@ -1,0 +1,57 @@
+#!/usr/bin/env bash
+# Run or continue a study: train every run of its sweep specs that is not yet exported to the
+# specs' results directory, committing each finished run as it lands (anything uncommitted is
+# lost when the machine goes), then collect the exported runs and write the figures and
+# findings.json beside them. Safe to stop at any point and start again on a fresh clone.
+#
+#   scripts/study.sh sweeps/repro-cpu-depth.toml sweeps/repro-cpu-width.toml
+#
+# The specs run side by side, one run at a time each with an equal share of the cores.
+# STUDY_COMMIT=0 leaves git alone; STUDY_EVERY (seconds, default 120) is the commit interval.
+set -euo pipefail
+[ $# -ge 1 ] || { echo "usage: scripts/study.sh SPEC..." >&2; exit 2; }
+specs=()
+for s in "$@"; do specs+=("$(realpath "$s")"); done
+set -- "${specs[@]}"
+cd "$(dirname "$0")/.."
+cargo build --release --quiet
+# A copy of its own, so that rebuilding the lab while the study runs cannot change its runs.
+mkdir -p target/study && cp target/release/lab target/study/lab.new && mv target/study/lab.new target/study/lab
+lab=target/study/lab
+results=$(sed -n 's/^results *= *"\(.*\)"/\1/p' "$1")
+[ -n "$results" ] || { echo "$1: results: not set" >&2; exit 2; }
+results=$(realpath -m "$(dirname "$1")/$results")
+cores=$(nproc)
+threads=$(( cores / $# > 0 ? cores / $# : 1 ))
+
+commit() {
+  [ "${STUDY_COMMIT:-1}" = 1 ] || return 0
+  git add -- "$results" 2>/dev/null || return 0
+  if ! git diff --cached --quiet -- "$results"; then
+    n=$(ls "$results/runs" 2>/dev/null | wc -l)
+    git commit --quiet -m "study $(basename "$results"): $n runs exported" -- "$results" && \
+      echo "committed $(basename "$results"): $n runs"
+  fi
+}
+
+pids=()
+for spec in "$@"; do
+  log="$results.$(basename "$spec" .toml).log"
+  mkdir -p "$(dirname "$log")"
+  echo "running $spec ($threads threads); log: $log"
+  "$lab" sweep run "$spec" --backend local --jobs 1 --threads "$threads" >>"$log" 2>&1 &
+  pids+=($!)
+done
+while :; do
+  alive=0
+  for p in "${pids[@]}"; do kill -0 "$p" 2>/dev/null && alive=1; done
+  commit
+  [ $alive = 1 ] || break
+  sleep "${STUDY_EVERY:-120}"
+done
+status=0
+for p in "${pids[@]}"; do wait "$p" || status=1; done
+"$lab" sweep collect "$results"
+"$lab" report "$results" --out "$results"
+commit
+exit $status

@@ -1,0 +1,464 @@
+//! The paper's five claims (seed 002, Figs 3–5) tested on a study's `results.csv`: each gets a
+//! verdict from a stated test over seeds, the numbers behind it, and the command to recompute it.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use serde::Serialize;
+use serde_json::{Value, json};
+
+use crate::report::Row;
+use crate::report::stats::{MeanCi, at_log_x, bootstrap_best, spearman};
+
+/// Bootstrap resamples per test.
+const BOOT: usize = 10_000;
+/// A bootstrap verdict needs this share of resamples.
+const SURE: f64 = 0.95;
+/// Claim 3's band of E/L (the paper: "about 200–300").
+pub const WIDTH_BAND: (f64, f64) = (200.0, 300.0);
+/// The compute axis of the depth test and the heatmaps: the paper's count, the LM head left
+/// out (SPEC §5). Runs of one bucket have about the same count per token on it.
+pub const FLOPS: &str = "flops";
+/// The compute axis of the width test: widths differ several-fold in LM-head FLOPs per token,
+/// so they are matched, and compared, with the head counted.
+pub const FLOPS_WITH_HEAD: &str = "flops_with_head";
+
+#[derive(Clone, Copy, Debug, Serialize, PartialEq, Eq)]
+#[serde(rename_all = "snake_case")]
+pub enum Verdict {
+    Reproduced,
+    NotReproduced,
+    Inconclusive,
+    NotTested,
+}
+
+/// One claim's outcome.
+#[derive(Debug, Serialize)]
+pub struct Finding {
+    pub claim: u32,
+    pub name: &'static str,
+    pub paper: &'static str,
+    pub verdict: Verdict,
+    pub test: &'static str,
+    pub statistic: String,
+    pub numbers: Value,
+}
+
+/// The runs of a group, each as its eval curve: (FLOPs, row) sorted by FLOPs.
+type Curves<'a> = BTreeMap<&'a str, Vec<(f64, &'a Row)>>;
+
+fn curves<'a>(rows: &[&'a Row], axis: &str) -> Curves<'a> {
+    let mut c: Curves = BTreeMap::new();
+    for r in rows {
+        if let Some(f) = r.num(axis) {
+            c.entry(r.get("run")).or_default().push((f, r));
+        }
+    }
+    for v in c.values_mut() {
+        v.sort_by(|a, b| a.0.total_cmp(&b.0));
+    }
+    c
+}
+
+/// The groups of a study: depth groups (one bucket, ≥ 3 depths) and width groups (one depth,
+/// ≥ 3 widths), by their `bucket` label, smallest parameter count first.
+pub fn groups<'a>(rows: &'a [Row]) -> (Vec<(String, Vec<&'a Row>)>, Vec<(String, Vec<&'a Row>)>) {
+    let mut by: BTreeMap<&str, Vec<&Row>> = BTreeMap::new();
+    for r in rows {
+        by.entry(r.get("bucket")).or_default().push(r);
+    }
+    let distinct = |v: &[&Row], k: &str| v.iter().map(|r| r.get(k)).collect::<BTreeSet<_>>().len();
+    let size = |v: &[&Row]| {
+        v.iter()
+            .filter_map(|r| r.num("non_embedding_params"))
+            .fold(0.0, f64::max)
+    };
+    let (mut depth, mut width) = (Vec::new(), Vec::new());
+    for (b, v) in by {
+        if distinct(&v, "n_layer") >= 3 {
+            depth.push((b.to_string(), v));
+        } else if distinct(&v, "n_layer") == 1 && distinct(&v, "n_embd") >= 3 {
+            width.push((b.to_string(), v));
+        }
+    }
+    depth.sort_by(|a, b| size(&a.1).total_cmp(&size(&b.1)));
+    (depth, width)
+}
+
+/// The C of every run of a group at one common compute: the most that every run reached.
+/// Returns that compute and, per value of `key`, the runs' C there (one per seed and head).
+pub fn at_common_compute(rows: &[&Row], key: &str, axis: &str) -> (f64, BTreeMap<u64, Vec<f64>>) {
+    let c = curves(rows, axis);
+    let common = c
+        .values()
+        .filter_map(|v| v.last().map(|p| p.0))
+        .fold(f64::INFINITY, f64::min);
+    let mut out: BTreeMap<u64, Vec<f64>> = BTreeMap::new();
+    for v in c.values() {
+        let pts: Vec<(f64, f64)> = v
+            .iter()
+            .filter_map(|(f, r)| r.num("eval/creativity").map(|x| (*f, x)))
+            .collect();
+        if let (Some(x), Some(k)) = (at_log_x(&pts, common), v[0].1.num(key)) {
+            out.entry(k.to_bits()).or_default().push(x);
+        }
+    }
+    (common, out)
+}
+
+fn key_value(bits: u64) -> f64 {
+    f64::from_bits(bits)
+}
+
+fn overall(vs: &[Verdict]) -> Verdict {
+    if vs.is_empty() {
+        Verdict::NotTested
+    } else if vs.iter().all(|v| *v == Verdict::Reproduced) {
+        Verdict::Reproduced
+    } else if vs.contains(&Verdict::NotReproduced) {
+        Verdict::NotReproduced
+    } else {
+        Verdict::Inconclusive
+    }
+}
+
+fn ci_json(m: &MeanCi) -> Value {
+    json!({"mean": m.mean, "lo": m.lo, "hi": m.hi, "n": m.n})
+}
+
+/// Claim 1: creativity rises with compute at every depth.
+fn compute(depth: &[(String, Vec<&Row>)]) -> Finding {
+    let mut verdicts = Vec::new();
+    let mut numbers = Vec::new();
+    for (b, rows) in depth {
+        let mut by_l: BTreeMap<u64, Vec<&Row>> = BTreeMap::new();
+        for r in rows {
+            by_l.entry(r.num("n_layer").unwrap_or(0.0) as u64)
+                .or_default()
+                .push(r);
+        }
+        for (l, rs) in by_l {
+            let c = curves(&rs, FLOPS);
+            let gains: Vec<f64> = c
+                .values()
+                .filter(|v| v.len() >= 2)
+                .filter_map(|v| {
+                    Some(v.last()?.1.num("eval/creativity")? - v[0].1.num("eval/creativity")?)
+                })
+                .collect();
+            let (fx, cy): (Vec<f64>, Vec<f64>) = c
+                .values()
+                .flatten()
+                .filter_map(|(f, r)| Some((f.ln(), r.num("eval/creativity")?)))
+                .unzip();
+            let m = MeanCi::of(&gains);
+            let rho = spearman(&fx, &cy);
+            verdicts.push(if m.n < 2 {
+                Verdict::Inconclusive
+            } else if m.above_zero() {
+                Verdict::Reproduced
+            } else if m.below_zero() {
+                Verdict::NotReproduced
+            } else {
+                Verdict::Inconclusive
+            });
+            numbers.push(json!({"bucket": b, "n_layer": l, "gain_last_minus_first": ci_json(&m), "spearman_flops_c": rho}));
+        }
+    }
+    let v = overall(&verdicts);
+    let rising = verdicts
+        .iter()
+        .filter(|v| **v == Verdict::Reproduced)
+        .count();
+    Finding {
+        claim: 1,
+        name: "compute",
+        paper: "Creativity rises with training compute at every depth (Fig. 3).",
+        verdict: v,
+        test: "Per (bucket, L): C at the last evaluation minus C at the first, one value per \
+               run; reproduced where the 95% t-interval over runs lies above 0, not reproduced \
+               where it lies below. The claim holds if it holds at every depth. Spearman's ρ \
+               between log FLOPs and C over all evaluations is given beside it.",
+        statistic: format!(
+            "{rising} of {} (bucket, depth) cells rise with a 95% interval above 0",
+            verdicts.len()
+        ),
+        numbers: Value::Array(numbers),
+    }
+}
+
+/// Claims 2 and 3: an interior optimum of `key` at a common compute, by bootstrap over seeds.
+fn best_setting(
+    rows: &[&Row],
+    key: &str,
+    axis: &str,
+    seed: u64,
+) -> (f64, Vec<(f64, MeanCi)>, Vec<f64>) {
+    let (common, by) = at_common_compute(rows, key, axis);
+    let keys: Vec<f64> = by.keys().map(|k| key_value(*k)).collect();
+    let groups: Vec<Vec<f64>> = by.values().cloned().collect();
+    let p = bootstrap_best(&groups, BOOT, seed);
+    let means = keys
+        .iter()
+        .zip(&groups)
+        .map(|(k, g)| (*k, MeanCi::of(g)))
+        .collect();
+    (common, means, p)
+}
+
+fn depth_claim(depth: &[(String, Vec<&Row>)]) -> Finding {
+    let mut verdicts = Vec::new();
+    let mut numbers = Vec::new();
+    let mut stat = Vec::new();
+    for (i, (b, rows)) in depth.iter().enumerate() {
+        let (common, means, p) = best_setting(rows, "n_layer", FLOPS, 2 + i as u64);
+        if means.len() < 3 {
+            continue;
+        }
+        let interior: f64 = p[1..p.len() - 1].iter().sum();
+        let best = means
+            .iter()
+            .max_by(|a, b| a.1.mean.total_cmp(&b.1.mean))
+            .map(|m| m.0)
+            .unwrap_or(0.0);
+        let min_n = means.iter().map(|m| m.1.n).min().unwrap_or(0);
+        verdicts.push(if min_n < 2 {
+            Verdict::Inconclusive
+        } else if interior >= SURE {
+            Verdict::Reproduced
+        } else if interior <= 1.0 - SURE {
+            Verdict::NotReproduced
+        } else {
+            Verdict::Inconclusive
+        });
+        stat.push(format!("{b}: best L = {best}, P(interior) = {interior:.3}"));
+        numbers.push(json!({
+            "bucket": b,
+            "common_flops": common,
+            "c_by_depth": means.iter().map(|(l, m)| json!({"n_layer": l, "c": ci_json(m)})).collect::<Vec<_>>(),
+            "p_best": means.iter().zip(&p).map(|((l, _), p)| json!({"n_layer": l, "p": p})).collect::<Vec<_>>(),
+            "p_interior": interior,
+        }));
+    }
+    Finding {
+        claim: 2,
+        name: "depth",
+        paper: "At a fixed parameter budget and compute there is an interior optimum depth; \
+                both the shallowest and the deepest models are worse (Fig. 3), more so at scale.",
+        verdict: overall(&verdicts),
+        test: "Per bucket: each run's C at the largest compute every run of the bucket reached \
+               (log-linear between evaluations); a seeded bootstrap over seeds (10,000 \
+               resamples within each depth) counts how often the best mean is at an interior \
+               depth. Reproduced if ≥ 0.95, not reproduced if ≤ 0.05, else inconclusive; the \
+               claim holds if it holds in every bucket.",
+        statistic: stat.join("; "),
+        numbers: Value::Array(numbers),
+    }
+}
+
+fn width_claim(width: &[(String, Vec<&Row>)]) -> Finding {
+    let mut verdicts = Vec::new();
+    let mut numbers = Vec::new();
+    let mut stat = Vec::new();
+    for (i, (b, rows)) in width.iter().enumerate() {
+        let (common, means, p) = best_setting(rows, "e_over_l", FLOPS_WITH_HEAD, 20 + i as u64);
+        let in_band: f64 = means
+            .iter()
+            .zip(&p)
+            .filter(|((r, _), _)| (WIDTH_BAND.0..=WIDTH_BAND.1).contains(r))
+            .map(|(_, p)| p)
+            .sum();
+        let best = means
+            .iter()
+            .max_by(|a, b| a.1.mean.total_cmp(&b.1.mean))
+            .map(|m| m.0)
+            .unwrap_or(0.0);
+        let min_n = means.iter().map(|m| m.1.n).min().unwrap_or(0);
+        verdicts.push(if min_n < 2 {
+            Verdict::Inconclusive
+        } else if in_band >= SURE {
+            Verdict::Reproduced
+        } else if in_band <= 1.0 - SURE {
+            Verdict::NotReproduced
+        } else {
+            Verdict::Inconclusive
+        });
+        stat.push(format!(
+            "{b}: best E/L = {best:.0}, P(best in 200–300) = {in_band:.3}"
+        ));
+        numbers.push(json!({
+            "group": b,
+            "common_flops": common,
+            "c_by_e_over_l": means.iter().map(|(r, m)| json!({"e_over_l": r, "c": ci_json(m)})).collect::<Vec<_>>(),
+            "p_best": means.iter().zip(&p).map(|((r, _), p)| json!({"e_over_l": r, "p": p})).collect::<Vec<_>>(),
+            "p_in_band": in_band,
+        }));
+    }
+    Finding {
+        claim: 3,
+        name: "width",
+        paper: "The best models have E/L of about 200–300 (Fig. 3).",
+        verdict: overall(&verdicts),
+        test: "At one depth, each run's C at the largest compute every width reached, LM head \
+               counted (the widths are matched on it); a seeded \
+               bootstrap over seeds counts how often the best mean has E/L in [200, 300]. \
+               Reproduced if ≥ 0.95, not reproduced if ≤ 0.05, else inconclusive.",
+        statistic: stat.join("; "),
+        numbers: Value::Array(numbers),
+    }
+}
+
+/// The last evaluation of every run of a group.
+fn finals<'a>(rows: &[&'a Row]) -> Vec<&'a Row> {
+    curves(rows, FLOPS)
+        .values()
+        .filter_map(|v| v.last().map(|p| p.1))
+        .collect()
+}
+
+fn tradeoff(depth: &[(String, Vec<&Row>)]) -> Finding {
+    let mut verdicts = Vec::new();
+    let mut numbers = Vec::new();
+    let mut stat = Vec::new();
+    for (b, rows) in depth {
+        // Per run: the least-squares slope of pooled normalised novelty against constraints.
+        let slopes: Vec<f64> = finals(rows)
+            .iter()
+            .filter_map(|r| {
+                let pts: Vec<(f64, f64)> = (0..16)
+                    .filter_map(|c| {
+                        r.num(&format!("novelty_pooled/c{c}"))
+                            .map(|v| (c as f64, v))
+                    })
+                    .collect();
+                if pts.len() < 2 {
+                    return None;
+                }
+                let n = pts.len() as f64;
+                let mx = pts.iter().map(|p| p.0).sum::<f64>() / n;
+                let my = pts.iter().map(|p| p.1).sum::<f64>() / n;
+                let sxy: f64 = pts.iter().map(|p| (p.0 - mx) * (p.1 - my)).sum();
+                let sxx: f64 = pts.iter().map(|p| (p.0 - mx).powi(2)).sum();
+                Some(sxy / sxx)
+            })
+            .collect();
+        let m = MeanCi::of(&slopes);
+        verdicts.push(if m.n < 2 {
+            Verdict::Inconclusive
+        } else if m.below_zero() {
+            Verdict::Reproduced
+        } else if m.above_zero() {
+            Verdict::NotReproduced
+        } else {
+            Verdict::Inconclusive
+        });
+        stat.push(format!(
+            "{b}: slope {:.4} [{:.4}, {:.4}]",
+            m.mean, m.lo, m.hi
+        ));
+        numbers.push(json!({"bucket": b, "slope_per_constraint": ci_json(&m)}));
+    }
+    Finding {
+        claim: 4,
+        name: "tradeoff",
+        paper: "Normalised novelty falls as constraints are added, at every scale (Fig. 4).",
+        verdict: overall(&verdicts),
+        test: "Per run at its last evaluation: the least-squares slope of normalised novelty \
+               (pooled over every valid answer of a constraint count, over the 1-hop mean at \
+               that count) against the count 0–4. Reproduced in a bucket if the 95% t-interval \
+               of the slope over runs lies below 0, not reproduced if above; every bucket must \
+               agree.",
+        statistic: stat.join("; "),
+        numbers: Value::Array(numbers),
+    }
+}
+
+fn errors(depth: &[(String, Vec<&Row>)]) -> Finding {
+    // Per run at its last evaluation: ln((hallucination + 1) / (invalid path + 1)).
+    let ratios = |rows: &[&Row]| -> Vec<f64> {
+        finals(rows)
+            .iter()
+            .filter_map(|r| {
+                Some(
+                    ((r.num("rollup/hallucination")? + 1.0)
+                        / (r.num("rollup/invalid_path")? + 1.0))
+                        .ln(),
+                )
+            })
+            .collect()
+    };
+    let per: Vec<(String, MeanCi)> = depth
+        .iter()
+        .map(|(b, rows)| (b.clone(), MeanCi::of(&ratios(rows))))
+        .collect();
+    let numbers = Value::Array(
+        per.iter()
+            .map(|(b, m)| json!({"bucket": b, "ln_halluc_over_invalid": ci_json(m), "ratio": m.mean.exp()}))
+            .collect(),
+    );
+    let (verdict, statistic) = match (per.first(), per.last()) {
+        (Some((sb, small)), Some((lb, large))) if per.len() >= 2 => {
+            let wide = small.lo > 2f64.ln();
+            // Welch-style interval of the difference of the two means.
+            let se = ((small.half() / crate::report::stats::t975(small.n.max(2) - 1)).powi(2)
+                + (large.half() / crate::report::stats::t975(large.n.max(2) - 1)).powi(2))
+            .sqrt();
+            let d = large.mean - small.mean;
+            let diff = MeanCi {
+                mean: d,
+                lo: d - 1.96 * se,
+                hi: d + 1.96 * se,
+                n: small.n + large.n,
+            };
+            let v = if small.n < 2 || large.n < 2 {
+                Verdict::Inconclusive
+            } else if wide && diff.below_zero() {
+                Verdict::Reproduced
+            } else if small.below_zero() || diff.above_zero() {
+                Verdict::NotReproduced
+            } else {
+                Verdict::Inconclusive
+            };
+            (
+                v,
+                format!(
+                    "{sb}: hallucination/invalid = {:.2} (ln {:.2} [{:.2}, {:.2}]); {lb}: {:.2}; ln-ratio change {:.2} [{:.2}, {:.2}]",
+                    small.mean.exp(),
+                    small.mean,
+                    small.lo,
+                    small.hi,
+                    large.mean.exp(),
+                    diff.mean,
+                    diff.lo,
+                    diff.hi
+                ),
+            )
+        }
+        _ => (Verdict::NotTested, "needs two buckets".to_string()),
+    };
+    Finding {
+        claim: 5,
+        name: "errors",
+        paper: "At small scale hallucinations (invented nodes or edges) outnumber invalid-path \
+                errors by a wide margin; the gap narrows as models grow (Fig. 5).",
+        verdict,
+        test: "Per run at its last evaluation: ln((hallucinations + 1) / (invalid paths + 1)). \
+               Reproduced if in the smallest bucket the 95% t-interval lies above ln 2 (at \
+               least twice as many) and the largest bucket's mean is lower with a 95% interval \
+               of the difference below 0; not reproduced if the smallest bucket's interval lies \
+               below 0 or the difference's above 0.",
+        statistic,
+        numbers,
+    }
+}
+
+/// Every claim tested on `rows`.
+pub fn findings(rows: &[Row]) -> Vec<Finding> {
+    let (depth, width) = groups(rows);
+    vec![
+        compute(&depth),
+        depth_claim(&depth),
+        width_claim(&width),
+        tradeoff(&depth),
+        errors(&depth),
+    ]
+}

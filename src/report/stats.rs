@@ -1,0 +1,178 @@
+//! Statistics over seeds for the report and the findings: means with Student-t 95% intervals,
+//! log-FLOPs interpolation of a run's curve, and a seeded bootstrap of which setting is best.
+
+use rand::Rng;
+
+use crate::rng::{Purpose, stream};
+
+/// The two-sided 97.5% quantile of Student's t with `df` degrees of freedom.
+pub fn t975(df: usize) -> f64 {
+    const T: [f64; 30] = [
+        12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228, 2.201, 2.179, 2.160,
+        2.145, 2.131, 2.120, 2.110, 2.101, 2.093, 2.086, 2.080, 2.074, 2.069, 2.064, 2.060, 2.056,
+        2.052, 2.048, 2.045, 2.042,
+    ];
+    match df {
+        0 => f64::NAN,
+        d if d <= 30 => T[d - 1],
+        _ => 1.960,
+    }
+}
+
+/// A sample mean with its 95% interval (half-width NaN for fewer than two values).
+#[derive(Clone, Copy, Debug, PartialEq, serde::Serialize)]
+pub struct MeanCi {
+    pub mean: f64,
+    pub lo: f64,
+    pub hi: f64,
+    pub n: usize,
+}
+
+impl MeanCi {
+    pub fn of(v: &[f64]) -> MeanCi {
+        let n = v.len();
+        let mean = v.iter().sum::<f64>() / n.max(1) as f64;
+        let half = if n < 2 {
+            f64::NAN
+        } else {
+            let var = v.iter().map(|x| (x - mean).powi(2)).sum::<f64>() / (n - 1) as f64;
+            t975(n - 1) * (var / n as f64).sqrt()
+        };
+        MeanCi {
+            mean,
+            lo: mean - half,
+            hi: mean + half,
+            n,
+        }
+    }
+
+    /// The interval lies wholly above zero.
+    pub fn above_zero(&self) -> bool {
+        self.lo > 0.0
+    }
+
+    /// The interval lies wholly below zero.
+    pub fn below_zero(&self) -> bool {
+        self.hi < 0.0
+    }
+
+    pub fn half(&self) -> f64 {
+        (self.hi - self.lo) / 2.0
+    }
+}
+
+/// A curve's value at `x`, linear in log x between its points (sorted by x); None outside.
+pub fn at_log_x(points: &[(f64, f64)], x: f64) -> Option<f64> {
+    let lx = x.ln();
+    points
+        .windows(2)
+        .find_map(|w| {
+            let ((x0, y0), (x1, y1)) = (w[0], w[1]);
+            if x0 <= x && x <= x1 {
+                let (a, b) = (x0.ln(), x1.ln());
+                let t = if b > a { (lx - a) / (b - a) } else { 1.0 };
+                Some(y0 + t * (y1 - y0))
+            } else {
+                None
+            }
+        })
+        .or_else(|| points.iter().find(|p| p.0 == x).map(|p| p.1))
+}
+
+/// Bootstrap over seeds: resample each setting's values with replacement `b` times and count
+/// how often each setting has the highest mean. Returns the fraction per setting. Seeded, so the
+/// same values give the same fractions.
+pub fn bootstrap_best(groups: &[Vec<f64>], b: usize, seed: u64) -> Vec<f64> {
+    let mut rng = stream(seed, Purpose::Sampling, 0);
+    let mut wins = vec![0usize; groups.len()];
+    for _ in 0..b {
+        let mut best = (f64::NEG_INFINITY, usize::MAX);
+        for (i, g) in groups.iter().enumerate() {
+            if g.is_empty() {
+                continue;
+            }
+            let m = (0..g.len())
+                .map(|_| g[rng.random_range(0..g.len())])
+                .sum::<f64>()
+                / g.len() as f64;
+            if m > best.0 {
+                best = (m, i);
+            }
+        }
+        if best.1 != usize::MAX {
+            wins[best.1] += 1;
+        }
+    }
+    wins.iter().map(|&w| w as f64 / b as f64).collect()
+}
+
+/// Spearman's rank correlation of two equal-length samples (ties get mean ranks).
+pub fn spearman(x: &[f64], y: &[f64]) -> f64 {
+    fn ranks(v: &[f64]) -> Vec<f64> {
+        let mut idx: Vec<usize> = (0..v.len()).collect();
+        idx.sort_by(|&a, &b| v[a].total_cmp(&v[b]));
+        let mut r = vec![0.0; v.len()];
+        let mut i = 0;
+        while i < idx.len() {
+            let mut j = i;
+            while j + 1 < idx.len() && v[idx[j + 1]] == v[idx[i]] {
+                j += 1;
+            }
+            for k in i..=j {
+                r[idx[k]] = (i + j) as f64 / 2.0;
+            }
+            i = j + 1;
+        }
+        r
+    }
+    let (rx, ry) = (ranks(x), ranks(y));
+    let n = x.len() as f64;
+    let (mx, my) = (rx.iter().sum::<f64>() / n, ry.iter().sum::<f64>() / n);
+    let cov: f64 = rx.iter().zip(&ry).map(|(a, b)| (a - mx) * (b - my)).sum();
+    let vx: f64 = rx.iter().map(|a| (a - mx).powi(2)).sum();
+    let vy: f64 = ry.iter().map(|b| (b - my).powi(2)).sum();
+    cov / (vx * vy).sqrt()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn mean_ci_matches_a_hand_computed_t_interval() {
+        // mean 2, sd 1, n 3: half-width 4.303 · 1/√3 = 2.4844.
+        let m = MeanCi::of(&[1.0, 2.0, 3.0]);
+        assert_eq!(m.mean, 2.0);
+        assert!((m.half() - 2.4844).abs() < 1e-3, "{m:?}");
+        assert!(MeanCi::of(&[5.0]).lo.is_nan());
+    }
+
+    #[test]
+    fn log_interpolation_is_exact_at_points_and_none_outside() {
+        let p = [(1.0, 0.0), (100.0, 2.0)];
+        assert_eq!(at_log_x(&p, 1.0), Some(0.0));
+        assert!((at_log_x(&p, 10.0).unwrap() - 1.0).abs() < 1e-12);
+        assert_eq!(at_log_x(&p, 100.0), Some(2.0));
+        assert_eq!(at_log_x(&p, 1000.0), None);
+        assert_eq!(at_log_x(&[(5.0, 3.0)], 5.0), Some(3.0));
+    }
+
+    #[test]
+    fn bootstrap_finds_a_clear_winner_and_splits_a_tie() {
+        let clear = bootstrap_best(&[vec![1.0, 1.1, 0.9], vec![5.0, 5.1, 4.9]], 2000, 1);
+        assert_eq!(clear, vec![0.0, 1.0]);
+        let tie = bootstrap_best(&[vec![1.0, 2.0, 3.0], vec![1.0, 2.0, 3.0]], 4000, 1);
+        assert!(tie[0] > 0.3 && tie[1] > 0.3, "{tie:?}");
+        assert_eq!(
+            tie,
+            bootstrap_best(&[vec![1.0, 2.0, 3.0], vec![1.0, 2.0, 3.0]], 4000, 1)
+        );
+    }
+
+    #[test]
+    fn spearman_of_monotone_and_reversed() {
+        let x = [1.0, 2.0, 3.0, 4.0];
+        assert!((spearman(&x, &[10.0, 20.0, 25.0, 100.0]) - 1.0).abs() < 1e-12);
+        assert!((spearman(&x, &[4.0, 3.0, 2.0, 1.0]) + 1.0).abs() < 1e-12);
+    }
+}

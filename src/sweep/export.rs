@@ -1,0 +1,114 @@
+//! A sweep's committed results (`results = DIR` in its spec): each finished run's small files
+//! (config, metrics, eval summaries, gzipped answers) copied to `DIR/runs/<run>/`, so that a
+//! study lives in git, is collected from there, and is never trained twice.
+
+use std::io::Write as _;
+use std::path::{Path, PathBuf};
+
+use anyhow::{Context, Result};
+use flate2::Compression;
+use flate2::write::GzEncoder;
+use serde::{Deserialize, Serialize};
+
+use crate::fsutil::{StagingDir, write_atomic};
+use crate::sweep::PlanRow;
+
+/// Written last into an exported run: its presence means the export is complete.
+pub const META: &str = "run.meta.json";
+
+/// What collect needs of an exported run besides its files.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct Meta {
+    pub sweep: String,
+    /// The run's group in the figures: its bucket (`1M`) or the sweep's name.
+    pub bucket: String,
+    pub plan: PlanRow,
+}
+
+/// `DIR/runs/<run>/`.
+pub fn run_dir(results: &Path, run: &str) -> PathBuf {
+    results.join("runs").join(run)
+}
+
+/// Whether `run` is already exported to `results`.
+pub fn exported(results: &Path, run: &str) -> bool {
+    run_dir(results, run).join(META).exists()
+}
+
+/// gzip with a fixed header (no name, mtime 0), so the same answers give the same bytes.
+pub fn gzip(bytes: &[u8]) -> Result<Vec<u8>> {
+    let mut enc = GzEncoder::new(Vec::new(), Compression::best());
+    enc.write_all(bytes)?;
+    Ok(enc.finish()?)
+}
+
+/// Copy a finished run's small files from `meta.plan.dir` into `results`, replacing an older
+/// export of it: `config.toml`, `metrics.jsonl`, `eval/epoch-NN.summary.json` and the scored
+/// answers `eval/epoch-NN.jsonl.gz`.
+pub fn export(results: &Path, meta: &Meta) -> Result<PathBuf> {
+    let src = &meta.plan.dir;
+    let stage = StagingDir::new(&run_dir(results, &meta.plan.run))?;
+    let copy = |name: &str| -> Result<()> {
+        let from = src.join(name);
+        let bytes =
+            std::fs::read(&from).with_context(|| format!("{}: cannot read", from.display()))?;
+        write_atomic(&stage.path().join(name), &bytes)
+    };
+    copy("config.toml")?;
+    copy("metrics.jsonl")?;
+    let eval = src.join("eval");
+    std::fs::create_dir_all(stage.path().join("eval"))?;
+    let mut names: Vec<String> = std::fs::read_dir(&eval)
+        .with_context(|| format!("{}: cannot read", eval.display()))?
+        .filter_map(|e| e.ok().map(|e| e.file_name().to_string_lossy().into_owned()))
+        .filter(|n| {
+            n.starts_with("epoch-") && n.ends_with(".jsonl") || n.ends_with(".summary.json")
+        })
+        .collect();
+    names.sort();
+    for n in names {
+        if n.ends_with(".summary.json") {
+            copy(&format!("eval/{n}"))?;
+        } else {
+            let from = eval.join(&n);
+            let bytes =
+                std::fs::read(&from).with_context(|| format!("{}: cannot read", from.display()))?;
+            write_atomic(
+                &stage.path().join("eval").join(format!("{n}.gz")),
+                &gzip(&bytes)?,
+            )?;
+        }
+    }
+    let mut m = meta.clone();
+    m.plan.dir = PathBuf::from(".");
+    m.plan.config = PathBuf::from("config.toml");
+    write_atomic(
+        &stage.path().join(META),
+        (serde_json::to_string_pretty(&m)? + "\n").as_bytes(),
+    )?;
+    stage.commit()
+}
+
+/// The exported runs of a results directory, sorted by name, with their directories.
+pub fn runs(results: &Path) -> Result<Vec<(Meta, PathBuf)>> {
+    let dir = results.join("runs");
+    let mut out = Vec::new();
+    let entries =
+        std::fs::read_dir(&dir).with_context(|| format!("{}: cannot read", dir.display()))?;
+    for e in entries {
+        let d = e?.path();
+        let path = d.join(META);
+        if !path.exists() {
+            continue;
+        }
+        let text = std::fs::read_to_string(&path)
+            .with_context(|| format!("{}: cannot read", path.display()))?;
+        let mut m: Meta = serde_json::from_str(&text)
+            .map_err(|e| anyhow::anyhow!("{}: not run metadata: {e}", path.display()))?;
+        m.plan.dir = d.clone();
+        m.plan.config = d.join("config.toml");
+        out.push((m, d));
+    }
+    out.sort_by(|a, b| a.0.plan.run.cmp(&b.0.plan.run));
+    Ok(out)
+}
