@@ -36,8 +36,8 @@ commit() {
 
 pids=()
 for spec in "$@"; do
-  log="$results.$(basename "$spec" .toml).log"
-  mkdir -p "$(dirname "$log")"
+  log="checkpoints/study-$(basename "$spec" .toml).log"
+  mkdir -p checkpoints
   echo "running $spec ($threads threads); log: $log"
   "$lab" sweep run "$spec" --backend local --jobs 1 --threads "$threads" >>"$log" 2>&1 &
   pids+=($!)
