@@ -15,12 +15,13 @@ for s in "$@"; do specs+=("$(realpath "$s")"); done
 set -- "${specs[@]}"
 cd "$(dirname "$0")/.."
 cargo build --release --quiet
-# A copy of its own, so that rebuilding the lab while the study runs cannot change its runs.
-mkdir -p target/study && cp target/release/lab target/study/lab.new && mv target/study/lab.new target/study/lab
-lab=target/study/lab
 results=$(sed -n 's/^results *= *"\(.*\)"/\1/p' "$1")
 [ -n "$results" ] || { echo "$1: results: not set" >&2; exit 2; }
-results=$(realpath -m "$(dirname "$1")/$results")
+results=$(realpath -m --relative-to=. "$(dirname "$1")/$results")
+# A copy of its own, so that rebuilding the lab while the study runs cannot change its runs.
+bin=target/study/$(echo "$results" | tr / _)
+mkdir -p "$bin" && cp target/release/lab "$bin/lab.new" && mv "$bin/lab.new" "$bin/lab"
+lab=$bin/lab
 cores=$(nproc)
 threads=$(( cores / $# > 0 ? cores / $# : 1 ))
 
