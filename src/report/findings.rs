@@ -214,7 +214,7 @@ fn depth_claim(depth: &[(String, Vec<&Row>)]) -> Finding {
         if means.len() < 3 {
             continue;
         }
-        let interior: f64 = p[1..p.len() - 1].iter().sum();
+        let interior = p[1..p.len() - 1].iter().fold(0.0, |a, b| a + b);
         let best = means
             .iter()
             .max_by(|a, b| a.1.mean.total_cmp(&b.1.mean))
@@ -266,7 +266,7 @@ fn width_claim(width: &[(String, Vec<&Row>)]) -> Finding {
             .zip(&p)
             .filter(|((r, _), _)| (WIDTH_BAND.0..=WIDTH_BAND.1).contains(r))
             .map(|(_, p)| p)
-            .sum();
+            .fold(0.0, |a, b| a + b);
         let best = means
             .iter()
             .max_by(|a, b| a.1.mean.total_cmp(&b.1.mean))

@@ -369,4 +369,51 @@ mod tests {
         assert_eq!(bucket_width(1_000_000, 4, 64), 128);
         assert_eq!(bucket_width(10_000_000, 6, 32), 384);
     }
+
+    #[test]
+    fn bucket_lists_cross_and_zip_lists_pair() {
+        let dir = tempfile::tempdir().unwrap();
+        let base = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("configs/tiny.toml");
+        let p = dir.path().join("s.toml");
+        std::fs::write(
+            &p,
+            format!(
+                "name = \"s\"\nbase = \"{}\"\nresults = \"out\"\n[bucket]\n\
+                 target = [100000, 1000000]\nn_layer = [1, 4]\nn_head = [4]\nround = 8\n\
+                 [zip.train]\nepochs = [1, 2]\nseed = [5, 6]\n",
+                base.display()
+            ),
+        )
+        .unwrap();
+        let s = Spec::load(&p).unwrap();
+        assert_eq!(s.results, Some(dir.path().join("out")));
+        let got: Vec<(Option<u64>, u32, u32, u32, u64)> = s
+            .runs
+            .iter()
+            .map(|r| {
+                let c = &r.config;
+                (
+                    r.target,
+                    c.model.n_layer,
+                    c.model.n_embd,
+                    c.train.epochs,
+                    c.train.seed,
+                )
+            })
+            .collect();
+        // 100k: L1 -> 91.3 -> 88, L4 -> 45.6 -> 48; 1M: L1 -> 288.7 -> 288, L4 -> 144.
+        assert_eq!(
+            got,
+            vec![
+                (Some(100_000), 1, 88, 1, 5),
+                (Some(100_000), 1, 88, 2, 6),
+                (Some(100_000), 4, 48, 1, 5),
+                (Some(100_000), 4, 48, 2, 6),
+                (Some(1_000_000), 1, 288, 1, 5),
+                (Some(1_000_000), 1, 288, 2, 6),
+                (Some(1_000_000), 4, 144, 1, 5),
+                (Some(1_000_000), 4, 144, 2, 6),
+            ]
+        );
+    }
 }

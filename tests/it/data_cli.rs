@@ -304,3 +304,27 @@ fn bad_missing_config_file() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("nope.toml: cannot read"), "{err}");
 }
+
+#[test]
+fn bad_n_nodes() {
+    bad_config(
+        "[graph]\nnode_len = 2\nn_nodes = 677\n",
+        "graph.n_nodes",
+        "must be in 2..=676",
+    );
+    bad_config(
+        "[graph]\nn_nodes = 1\n",
+        "graph.n_nodes",
+        "must be in 2..=17576",
+    );
+    bad_config(
+        "[graph]\nedge_labels = \"zipf\"\n",
+        "graph.edge_labels",
+        "unknown variant",
+    );
+}
+
+#[test]
+fn bad_eval_every() {
+    bad_config("[eval]\nevery = 0\n", "eval.every", "must be at least 1");
+}

@@ -175,3 +175,67 @@ proptest! {
         }
     }
 }
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(16))]
+
+    /// A world of the first N names: every edge and eval node is among them, the vocabulary
+    /// holds exactly those N nodes, and a name past them is not a node.
+    #[test]
+    fn a_cut_world_keeps_the_first_n_names(n in 30u64..676, seed in 0u64..1_000) {
+        let text = format!("[graph]\nnode_len = 2\nn_nodes = {n}\nseed = {seed}\n");
+        let cfg = Config::from_toml(&text, Path::new("cut.toml"), "cut").unwrap();
+        let g = Graph::generate(&cfg.graph, cfg.n_edges());
+        prop_assert_eq!(g.n_nodes() as u64, n);
+        prop_assert_eq!(g.edges.len() as u64, n * 3);
+        prop_assert!(g.edges.iter().all(|&(u, _, v)| (u as u64) < n && (v as u64) < n));
+        let last = g.node_name(n as u32 - 1);
+        prop_assert_eq!(g.parse_node(&last), Some(n as u32 - 1));
+        let past: String = {
+            let x = n as u32;
+            [(b'A' + (x / 26) as u8) as char, (b'A' + (x % 26) as u8) as char].iter().collect()
+        };
+        prop_assert_eq!(g.parse_node(&past), None);
+        let v = lab::tokenizer::Vocab::new(&g);
+        prop_assert_eq!(v.encode(&past), vec![lab::tokenizer::UNK]);
+        prop_assert!(v.encode(&last)[0] != lab::tokenizer::UNK);
+        let nodes = (0..v.n_tokens()).filter(|&i| v.as_node(i).is_some()).count() as u64;
+        prop_assert_eq!(nodes, n);
+    }
+}
+
+/// `edge_labels = "uniform"` draws labels uniformly while w (zipf) stays the scoring weights;
+/// "weighted" draws them from w. Chi-square against each, 25 degrees of freedom: 1% critical
+/// value 44.3.
+#[test]
+fn edge_labels_uniform_or_weighted() {
+    let chi2 = |counts: &[u64], w: &[f64]| -> f64 {
+        let n: u64 = counts.iter().sum();
+        counts
+            .iter()
+            .zip(w)
+            .map(|(&c, &p)| (c as f64 - n as f64 * p).powi(2) / (n as f64 * p))
+            .sum()
+    };
+    let uniform = vec![1.0 / 26.0; 26];
+    for (draw, fits_uniform) in [("uniform", true), ("weighted", false)] {
+        let text = format!("[graph]\nedge_labels = \"{draw}\"\n");
+        let cfg = Config::from_toml(&text, Path::new("w.toml"), "w").unwrap();
+        let g = Graph::generate(&cfg.graph, cfg.n_edges());
+        // w is the zipf distribution either way.
+        assert!((g.weights[0] / g.weights[1] - 2.0).abs() < 1e-12, "{draw}");
+        let counts = g.label_counts();
+        let (to_uniform, to_w) = (chi2(&counts, &uniform), chi2(&counts, &g.weights));
+        if fits_uniform {
+            assert!(
+                to_uniform < 44.3 && to_w > 1000.0,
+                "{draw}: {to_uniform} {to_w}"
+            );
+        } else {
+            assert!(
+                to_w < 44.3 && to_uniform > 1000.0,
+                "{draw}: {to_uniform} {to_w}"
+            );
+        }
+    }
+}

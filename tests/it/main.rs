@@ -9,6 +9,7 @@ mod eval_cli;
 mod eval_score;
 mod parity;
 mod sets;
+mod study;
 mod sweep_cli;
 mod tokenizer;
 mod train_cli;

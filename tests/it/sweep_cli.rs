@@ -314,6 +314,19 @@ fn bad_sweep_specs() {
         ],
     );
     bad_spec(
+        &format!("{head}[zip.model]\nn_embd = [32, 64]\n[zip.train]\nepochs = [1]\n"),
+        &[
+            "bad.toml",
+            "zip.train.epochs",
+            "has 1 values",
+            "same length (2)",
+        ],
+    );
+    bad_spec(
+        &format!("{head}[bucket]\ntarget = [1000000]\nn_layer = [4]\nn_head = [4]\nround = 0\n"),
+        &["bad.toml", "bucket.round", "at least 1"],
+    );
+    bad_spec(
         &format!("{head}[bucket]\ntarget = 100000\nn_layer = [2, 64]\nn_head = [4]\n"),
         &[
             "bad.toml",

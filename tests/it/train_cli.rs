@@ -389,3 +389,56 @@ fn objectives_train_evaluate_and_resume_bit_identically() {
         }
     }
 }
+
+/// `eval.every = 2` over 3 epochs evaluates after epochs 2 and 3 (the last always), and every
+/// log line carries FLOPs with the LM head: the paper's count plus 6·V·E per loss position, the
+/// loss positions being each training line's path tokens and `<eos>` (counted here from
+/// train.txt, an epoch at a time).
+#[test]
+fn eval_every_and_flops_with_the_head() {
+    let tmp = tempfile::tempdir().unwrap();
+    let cfg = micro(tmp.path(), "[eval]\nevery = 2\n");
+    let text = std::fs::read_to_string(&cfg)
+        .unwrap()
+        .replace("epochs = 2", "epochs = 3");
+    std::fs::write(&cfg, text).unwrap();
+    train(tmp.path(), &cfg, "run", &[], 0);
+    let run = tmp.path().join("run");
+    let lines = metrics(&run);
+    let evaluated: Vec<u64> = lines
+        .iter()
+        .filter(|l| l.get("val/loss").is_some())
+        .map(|l| l["epoch"].as_u64().unwrap())
+        .collect();
+    assert_eq!(evaluated, vec![2, 3]);
+    let mut files: Vec<String> = std::fs::read_dir(run.join("eval"))
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    files.sort();
+    assert_eq!(
+        files,
+        [
+            "epoch-02.jsonl",
+            "epoch-02.summary.json",
+            "epoch-03.jsonl",
+            "epoch-03.summary.json"
+        ]
+    );
+    let info: Value =
+        serde_json::from_str(&std::fs::read_to_string(run.join("run.json")).unwrap()).unwrap();
+    let data = PathBuf::from(info["data_dir"].as_str().unwrap());
+    let loss_positions: u64 = std::fs::read_to_string(data.join("train.txt"))
+        .unwrap()
+        .lines()
+        .map(|l| l.split(" : ").nth(1).unwrap().split_whitespace().count() as u64)
+        .sum();
+    let (v, e) = (
+        info["model"]["vocab_size"].as_u64().unwrap(),
+        info["model"]["n_embd"].as_u64().unwrap(),
+    );
+    let last = lines.last().unwrap();
+    let head = last["flops_with_head"].as_f64().unwrap() - last["flops"].as_f64().unwrap();
+    let want = 3.0 * 6.0 * (v * e * loss_positions) as f64;
+    assert!((head / want - 1.0).abs() < 1e-9, "{head} vs {want}");
+}

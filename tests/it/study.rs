@@ -1,0 +1,135 @@
+//! The reproduction study regenerates from committed runs alone: on the committed fixture
+//! (`tests/fixtures/study`, made by `scripts/make-study-fixture.sh`), `lab sweep collect` gives
+//! the committed results.csv, `lab report` the committed findings, and every answer file
+//! re-scores with `lab score` (`scripts/rescore.sh`) to its committed summary.
+
+use std::path::Path;
+use std::process::Command;
+
+use serde_json::Value;
+
+use crate::util::{lab, root, run_expect};
+
+/// A copy of the fixture's committed files (specs, base config, runs, results, findings).
+fn fixture_copy() -> tempfile::TempDir {
+    let tmp = tempfile::tempdir().unwrap();
+    let src = root().join("tests/fixtures/study");
+    let out = Command::new("cp")
+        .arg("-r")
+        .arg(src.join("."))
+        .arg(tmp.path())
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    tmp
+}
+
+fn claims(path: &Path) -> Value {
+    let v: Value = serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
+    v["claims"].clone()
+}
+
+#[test]
+fn figures_and_findings_regenerate_from_the_committed_runs() {
+    let tmp = fixture_copy();
+    let dir = tmp.path();
+    std::fs::remove_file(dir.join("results.csv")).unwrap();
+    std::fs::remove_file(dir.join("findings.json")).unwrap();
+    run_expect(lab(dir).args(["sweep", "collect", "."]), 0);
+    let committed = root().join("tests/fixtures/study");
+    assert_eq!(
+        std::fs::read_to_string(dir.join("results.csv")).unwrap(),
+        std::fs::read_to_string(committed.join("results.csv")).unwrap(),
+        "results.csv differs from the committed one"
+    );
+    run_expect(lab(dir).args(["report", ".", "--out", "."]), 0);
+    let got = claims(&dir.join("findings.json"));
+    assert_eq!(got, claims(&committed.join("findings.json")));
+    // Every claim has a verdict, a test and the numbers behind it.
+    let got = got.as_array().unwrap();
+    assert_eq!(got.len(), 5);
+    for c in got {
+        let v = c["verdict"].as_str().unwrap();
+        assert!(
+            ["reproduced", "not_reproduced", "inconclusive", "not_tested"].contains(&v),
+            "{c}"
+        );
+        assert!(!c["test"].as_str().unwrap().is_empty());
+        assert!(c["numbers"].is_array() || c["numbers"].is_object(), "{c}");
+    }
+    // The fixture has two depth buckets and one width group, so no claim is left untested.
+    assert!(got.iter().all(|c| c["verdict"] != "not_tested"), "{got:?}");
+    for fig in [
+        "depth_curve.svg",
+        "depth_curve.png",
+        "depth_curve.csv",
+        "width_curve.svg",
+        "tradeoff.csv",
+        "errors_rollup.csv",
+        "depth_20k_best_head.csv",
+        "report.md",
+    ] {
+        assert!(dir.join(fig).exists(), "{fig} missing");
+    }
+    let md = std::fs::read_to_string(dir.join("report.md")).unwrap();
+    assert!(md.contains("## The paper's claims"), "{md}");
+}
+
+#[test]
+fn every_committed_answer_file_rescores_to_its_summary() {
+    let tmp = fixture_copy();
+    let out = Command::new("bash")
+        .arg(root().join("scripts/rescore.sh"))
+        .arg(tmp.path())
+        .env("LAB", env!("CARGO_BIN_EXE_lab"))
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let files = std::fs::read_dir(tmp.path().join("runs"))
+        .unwrap()
+        .map(|r| {
+            std::fs::read_dir(r.unwrap().path().join("eval"))
+                .unwrap()
+                .filter(|e| {
+                    e.as_ref()
+                        .unwrap()
+                        .path()
+                        .to_string_lossy()
+                        .ends_with(".gz")
+                })
+                .count()
+        })
+        .sum::<usize>();
+    assert!(files > 20, "{files}");
+    assert!(
+        stdout.contains(&format!("{files} answer files re-scored, 0 mismatches")),
+        "{stdout}"
+    );
+    // And a changed answer is caught.
+    let run = std::fs::read_dir(tmp.path().join("runs"))
+        .unwrap()
+        .next()
+        .unwrap()
+        .unwrap()
+        .path();
+    let summary = std::fs::read_dir(run.join("eval"))
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .find(|p| p.to_string_lossy().ends_with(".summary.json"))
+        .unwrap();
+    let text = std::fs::read_to_string(&summary).unwrap();
+    std::fs::write(&summary, text.replacen("\"n\": ", "\"n\": 1", 1)).unwrap();
+    let out = Command::new("bash")
+        .arg(root().join("scripts/rescore.sh"))
+        .arg(tmp.path())
+        .env("LAB", env!("CARGO_BIN_EXE_lab"))
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stdout).contains("1 mismatches"));
+}
