@@ -36,6 +36,9 @@ pub struct PlanRow {
     pub non_embedding_params: u64,
     /// Training FLOPs of the whole run, estimated from the data's token counts (SPEC §5).
     pub est_flops: f64,
+    /// The same with the LM head counted: 6·V·E per loss token, added exactly.
+    #[serde(default)]
+    pub est_flops_with_head: f64,
     pub axes: BTreeMap<String, String>,
 }
 
@@ -127,7 +130,7 @@ impl Sweep {
     pub fn plan(&self) -> Result<Vec<PlanRow>> {
         std::fs::create_dir_all(self.dir.join("configs"))
             .with_context(|| format!("{}: cannot create directory", self.dir.display()))?;
-        let mut stats: BTreeMap<String, (u32, f64, f64)> = BTreeMap::new();
+        let mut stats: BTreeMap<String, (u32, f64, f64, f64)> = BTreeMap::new();
         let mut rows = Vec::new();
         for p in &self.spec.runs {
             let cfg = &p.config;
@@ -139,12 +142,18 @@ impl Sweep {
                 let cache = crate::train::tokens::load_or_build(&data)?;
                 let n = cache.train.len() as f64;
                 let tokens = (cache.train.tokens.len() - cache.train.len()) as f64;
+                let prompts: f64 = cache.train.prompt_len.iter().map(|&p| p as f64).sum();
                 stats.insert(
                     hash.clone(),
-                    (data.vocab().n_tokens(), tokens, tokens / n.max(1.0)),
+                    (
+                        data.vocab().n_tokens(),
+                        tokens,
+                        tokens / n.max(1.0),
+                        tokens + n - prompts,
+                    ),
                 );
             }
-            let (n_tokens, tokens, mean_len) = stats[&hash];
+            let (n_tokens, tokens, mean_len, loss_tokens) = stats[&hash];
             let g = GptConfig::new(cfg, n_tokens);
             let path = self.config_path(&p.name);
             write_atomic(&path, cfg.to_toml().as_bytes())?;
@@ -161,6 +170,9 @@ impl Sweep {
                 est_flops: cfg.train.epochs as f64
                     * tokens
                     * g.flops_per_token((1.5 * mean_len) as usize),
+                est_flops_with_head: cfg.train.epochs as f64
+                    * (tokens * g.flops_per_token((1.5 * mean_len) as usize)
+                        + loss_tokens * g.head_flops_per_loss_token()),
                 axes: p
                     .axes
                     .iter()
@@ -182,20 +194,21 @@ impl Sweep {
 pub fn plan_table(rows: &[PlanRow]) -> String {
     let w = rows.iter().map(|r| r.run.len()).max().unwrap_or(3).max(3);
     let mut out = format!(
-        "{:w$}  {:>3} {:>5} {:>3} {:>12} {:>12} {:>10}\n",
-        "run", "L", "E", "H", "params", "non-emb", "est FLOPs"
+        "{:w$}  {:>3} {:>5} {:>3} {:>12} {:>12} {:>10} {:>10}\n",
+        "run", "L", "E", "H", "params", "non-emb", "est FLOPs", "with head"
     );
     for r in rows {
         let _ = writeln!(
             out,
-            "{:w$}  {:>3} {:>5} {:>3} {:>12} {:>12} {:>10.2e}",
+            "{:w$}  {:>3} {:>5} {:>3} {:>12} {:>12} {:>10.2e} {:>10.2e}",
             r.run,
             r.n_layer,
             r.n_embd,
             r.n_head,
             r.total_params,
             r.non_embedding_params,
-            r.est_flops
+            r.est_flops,
+            r.est_flops_with_head
         );
     }
     out
