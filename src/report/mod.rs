@@ -242,6 +242,10 @@ pub fn write(input: &Path, out: Option<&Path>) -> Result<PathBuf> {
             ("n_layer", "depth", "Depth", "depth L"),
             ("e_over_l", "width", "Width", "E/L"),
         ] {
+            let distinct: BTreeSet<&str> = in_b.iter().map(|r| r.get(field)).collect();
+            if distinct.len() < 2 {
+                continue;
+            }
             for best_head in [false, true] {
                 let (heat, data) = flops_heatmap(&in_b, field, "eval/creativity", best_head);
                 let (tag, how) = if best_head {
