@@ -429,6 +429,49 @@ pub fn write(input: &Path, out: Option<&Path>) -> Result<PathBuf> {
     }
 
     let _ = writeln!(w.md, "## Creativity against compute\n");
+    for (b, rs) in &depth {
+        let mut data = String::from("bucket,n_layer,epoch,flops_mean,c_mean,c_lo,c_hi,runs\n");
+        let mut by: BTreeMap<(u64, u64), Vec<&Row>> = BTreeMap::new();
+        for r in rs {
+            let (Some(l), Some(e)) = (r.num("n_layer"), r.num("epoch")) else {
+                continue;
+            };
+            by.entry((l as u64, e as u64)).or_default().push(r);
+        }
+        let mut series: BTreeMap<u64, Series> = BTreeMap::new();
+        for ((l, e), v) in by {
+            let f: Vec<f64> = v.iter().filter_map(|r| r.num(FLOPS)).collect();
+            let c: Vec<f64> = v.iter().filter_map(|r| r.num("eval/creativity")).collect();
+            let (fm, m) = (MeanCi::of(&f).mean, MeanCi::of(&c));
+            let _ = writeln!(data, "{b},{l},{e},{fm:.4e},{},{},{},{}", m.mean, m.lo, m.hi, m.n);
+            let s = series.entry(l).or_insert_with(|| {
+                let mut s = Series::scatter(&format!("L = {l}"), Vec::new());
+                s.line = true;
+                s
+            });
+            s.points.push((fm, m.mean));
+            if m.n >= 2 {
+                s.bars.push((fm, m.lo, m.hi));
+            }
+        }
+        let fig = Figure::Lines {
+            title: format!("Creativity against compute by depth, bucket {b} (mean, 95% CI)"),
+            x_label: "training FLOPs, LM head excluded".into(),
+            y_label: "creativity C".into(),
+            series: series.into_values().collect(),
+            log_x: true,
+            log_y: false,
+        };
+        w.figure(
+            &format!("compute_{b}"),
+            &fig,
+            &data,
+            &format!(
+                "C against compute, a line per depth, bucket {b}: mean over seeds at each \
+                 evaluation with a 95% t-interval"
+            ),
+        )?;
+    }
     against_flops(
         &mut w,
         &rows,

@@ -334,10 +334,21 @@ pub fn lines<DB: DrawingBackend>(
     macro_rules! draw {
         ($chart:expr) => {{
             let mut chart = $chart;
+            // Large or tiny values (FLOPs) as 1.2e13, others as they are.
+            let tick = |v: &f64| {
+                if *v != 0.0 && (v.abs() >= 1e5 || v.abs() < 1e-3) {
+                    format!("{v:.1e}")
+                } else {
+                    format!("{}", (v * 1e4).round() / 1e4)
+                }
+            };
             chart
                 .configure_mesh()
                 .x_desc(x_label)
                 .y_desc(y_label)
+                .x_label_formatter(&tick)
+                .y_label_formatter(&tick)
+                .x_labels(8)
                 .label_style(("sans-serif", 13))
                 .draw()
                 .map_err(err)?;
