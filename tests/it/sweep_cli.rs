@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
-use crate::util::{lab, metrics, root, run_expect};
+use crate::util::{lab, metrics, root, run_expect, slurm_allowed};
 
 /// A directory holding copies of configs/ and sweeps/, as a researcher's checkout would.
 fn workspace() -> tempfile::TempDir {
@@ -77,6 +77,9 @@ fn runs_dir(ws: &Path) -> PathBuf {
 
 #[test]
 fn smoke_sweep_on_slurm_with_preemption_matches_local() {
+    if !slurm_allowed() {
+        return;
+    }
     slurm_up();
     // The local backend first: the reference.
     let local = workspace();

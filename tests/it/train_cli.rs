@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
-use crate::util::{lab, metrics, run_expect, write_config};
+use crate::util::{lab, metrics, python, run_expect, write_config};
 
 /// A micro world and model: a few thousand examples, two layers of width 32.
 pub const MICRO: &str = r#"name = "micro"
@@ -170,7 +170,10 @@ acc.Reload()
 tags = acc.Tags()["scalars"]
 print(json.dumps({t: [[e.step, e.value] for e in acc.Scalars(t)] for t in tags}))
 "#;
-    let out = Command::new("python3")
+    let Some(mut py) = python() else {
+        return;
+    };
+    let out = py
         .args(["-c", script])
         .arg(tmp.path().join("run"))
         .output()

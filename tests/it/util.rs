@@ -166,3 +166,28 @@ fn chi_square_tail_matches_tables() {
     assert!((chi_square_p(149.449, 100.0) - 0.001).abs() < 1e-5);
     assert!((chi_square_p(10.0, 10.0) - 0.440_493_7).abs() < 1e-6);
 }
+
+/// The Python of the cross-checks: `LAB_PYTHON` (scripts/test's venv), else `python3`. None,
+/// with a note on stderr, when scripts/test found no Python at all (`LAB_SKIP_PYTHON`), so that
+/// the run's last line can name what was not run.
+pub fn python() -> Option<Command> {
+    if let Ok(why) = std::env::var("LAB_SKIP_PYTHON") {
+        eprintln!("NOT RUN: a Python cross-check: {why}");
+        return None;
+    }
+    Some(Command::new(
+        std::env::var("LAB_PYTHON").unwrap_or_else(|_| "python3".into()),
+    ))
+}
+
+/// Whether the Slurm tests may run: false, with a note on stderr, when scripts/test found the
+/// machine cannot host a cluster (`LAB_SKIP_SLURM`). Plain `cargo test` always tries.
+pub fn slurm_allowed() -> bool {
+    match std::env::var("LAB_SKIP_SLURM") {
+        Ok(why) => {
+            eprintln!("NOT RUN: a Slurm test: {why}");
+            false
+        }
+        Err(_) => true,
+    }
+}
