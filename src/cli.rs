@@ -36,6 +36,9 @@ pub enum Command {
         /// Replace a directory built from a different config.
         #[arg(long)]
         force: bool,
+        /// Override a config value, validated as the file is: --set train.lr=1e-3 (repeatable).
+        #[arg(long = "set", value_name = "KEY=VALUE")]
+        set: Vec<String>,
     },
     /// Summarise a data directory: graph, labels, eval grid, path lengths, holdout check.
     Inspect {
@@ -59,6 +62,12 @@ pub enum Command {
         /// Stop after this many optimizer steps in all, with a checkpoint.
         #[arg(long)]
         max_steps: Option<u64>,
+        /// Take over a run directory held by a trainer on another host that is gone.
+        #[arg(long)]
+        takeover: bool,
+        /// Override a config value, validated as the file is: --set train.lr=1e-3 (repeatable).
+        #[arg(long = "set", value_name = "KEY=VALUE")]
+        set: Vec<String>,
     },
     /// Decode and score the eval set with a checkpoint of a run.
     Eval {
@@ -131,10 +140,18 @@ pub enum Command {
 #[derive(Subcommand, Debug)]
 pub enum SweepCommand {
     /// Resolve the runs, build their data, write the plan and print it.
-    Plan { spec: PathBuf },
+    Plan {
+        spec: PathBuf,
+        /// Override a value of every run, after the spec's [set] (repeatable).
+        #[arg(long = "set", value_name = "KEY=VALUE")]
+        set: Vec<String>,
+    },
     /// Run every run that is not DONE; partial runs resume.
     Run {
         spec: PathBuf,
+        /// Override a value of every run, after the spec's [set] (repeatable).
+        #[arg(long = "set", value_name = "KEY=VALUE")]
+        set: Vec<String>,
         #[arg(long, value_parser = ["local", "slurm"])]
         backend: String,
         /// Local backend: runs at a time (the cores are shared among them).
@@ -173,12 +190,27 @@ pub enum SweepCommand {
         dry_run: bool,
     },
     /// Each run as pending, running, done or failed.
-    Status { spec: PathBuf },
+    Status {
+        spec: PathBuf,
+        /// Override a value of every run, after the spec's [set] (repeatable).
+        #[arg(long = "set", value_name = "KEY=VALUE")]
+        set: Vec<String>,
+    },
     /// Write results.csv: one row per run per evaluated epoch. Given a results directory
     /// (a spec's `results`), collect its exported runs alone.
-    Collect { spec: PathBuf },
+    Collect {
+        spec: PathBuf,
+        /// Override a value of every run, after the spec's [set] (repeatable).
+        #[arg(long = "set", value_name = "KEY=VALUE")]
+        set: Vec<String>,
+    },
     /// Copy every DONE run not yet exported to the spec's `results` directory.
-    Export { spec: PathBuf },
+    Export {
+        spec: PathBuf,
+        /// Override a value of every run, after the spec's [set] (repeatable).
+        #[arg(long = "set", value_name = "KEY=VALUE")]
+        set: Vec<String>,
+    },
 }
 
 /// Sampling flags shared by `lab eval` and `lab query`.
@@ -267,8 +299,13 @@ pub const EXIT_INTERRUPTED: u8 = 75;
 
 pub fn run(cli: Cli) -> Result<ExitCode> {
     match cli.command {
-        Command::Data { config, out, force } => {
-            let cfg = Config::load(&config)?;
+        Command::Data {
+            config,
+            out,
+            force,
+            set,
+        } => {
+            let cfg = Config::load_with(&config, &overrides(&set)?)?;
             let dir = out.unwrap_or_else(|| dataset::default_dir(&cfg));
             let (m, outcome) = dataset::ensure(&cfg, &dir, force)?;
             let verb = match outcome {
@@ -295,8 +332,10 @@ pub fn run(cli: Cli) -> Result<ExitCode> {
             device,
             out,
             max_steps,
+            set,
+            takeover,
         } => {
-            let cfg = Config::load(&config)?;
+            let cfg = Config::load_with(&config, &overrides(&set)?)?;
             let device = crate::device::parse(&device)?;
             eprintln!("training {} on {}", cfg.name, crate::device::name(&device));
             let o = run::train(run::Options {
@@ -305,6 +344,7 @@ pub fn run(cli: Cli) -> Result<ExitCode> {
                 resume,
                 device,
                 max_steps,
+                takeover,
             })?;
             print!("{}", train_summary(&o));
             if o.ending == Ending::Interrupted {
@@ -346,8 +386,8 @@ pub fn run(cli: Cli) -> Result<ExitCode> {
 fn run_sweep(cmd: SweepCommand) -> Result<ExitCode> {
     use crate::sweep::{self, State, Sweep};
     match cmd {
-        SweepCommand::Plan { spec } => {
-            let s = Sweep::load(&spec)?;
+        SweepCommand::Plan { spec, set } => {
+            let s = Sweep::load(&spec, &overrides(&set)?)?;
             let plan = s.plan()?;
             print!("{}", sweep::plan_table(&plan));
             println!(
@@ -358,6 +398,7 @@ fn run_sweep(cmd: SweepCommand) -> Result<ExitCode> {
         }
         SweepCommand::Run {
             spec,
+            set,
             backend,
             jobs,
             threads,
@@ -371,7 +412,7 @@ fn run_sweep(cmd: SweepCommand) -> Result<ExitCode> {
             device,
             dry_run,
         } => {
-            let s = Sweep::load(&spec)?;
+            let s = Sweep::load(&spec, &overrides(&set)?)?;
             let plan = s.plan()?;
             if backend == "local" {
                 let todo = s.pending(&plan);
@@ -430,8 +471,8 @@ fn run_sweep(cmd: SweepCommand) -> Result<ExitCode> {
                 }
             }
         }
-        SweepCommand::Status { spec } => {
-            let s = Sweep::load(&spec)?;
+        SweepCommand::Status { spec, set } => {
+            let s = Sweep::load(&spec, &overrides(&set)?)?;
             let squeue = sweep::squeue_jobs();
             let mut counts = std::collections::BTreeMap::new();
             for p in &s.spec.runs {
@@ -455,8 +496,8 @@ fn run_sweep(cmd: SweepCommand) -> Result<ExitCode> {
             let summary: Vec<String> = counts.iter().map(|(k, v)| format!("{v} {k}")).collect();
             println!("{}: {}", s.spec.name, summary.join(", "));
         }
-        SweepCommand::Export { spec } => {
-            let s = Sweep::load(&spec)?;
+        SweepCommand::Export { spec, set } => {
+            let s = Sweep::load(&spec, &overrides(&set)?)?;
             let Some(res) = &s.spec.results else {
                 anyhow::bail!("{}: results: not set, nothing to export to", spec.display());
             };
@@ -464,15 +505,15 @@ fn run_sweep(cmd: SweepCommand) -> Result<ExitCode> {
             let n = s.export_done(&plan)?;
             println!("{}: {n} runs exported", res.display());
         }
-        SweepCommand::Collect { spec } if spec.is_dir() => {
+        SweepCommand::Collect { spec, .. } if spec.is_dir() => {
             let c = sweep::collect::collect_results(&spec)?;
             for (run, why) in &c.left_out {
                 eprintln!("left out {run}: {why}");
             }
             println!("{}: {} rows", c.path.display(), c.rows);
         }
-        SweepCommand::Collect { spec } => {
-            let s = Sweep::load(&spec)?;
+        SweepCommand::Collect { spec, set } => {
+            let s = Sweep::load(&spec, &overrides(&set)?)?;
             let plan = s.plan()?;
             let c = sweep::collect::collect(&s, &plan)?;
             for (run, why) in &c.left_out {
@@ -488,6 +529,14 @@ fn run_sweep(cmd: SweepCommand) -> Result<ExitCode> {
         }
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// The `--set KEY=VALUE` overrides, each checked alone first.
+fn overrides(set: &[String]) -> Result<Vec<crate::config::Override>> {
+    Ok(set
+        .iter()
+        .map(|s| crate::config::Override::parse(s))
+        .collect::<Result<_, _>>()?)
 }
 
 fn which(epoch: Option<u64>) -> eval::Which {

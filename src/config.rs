@@ -299,6 +299,84 @@ struct ConfigFile {
     eval: EvalConfig,
 }
 
+/// Set `path` (dotted) to `v` in a config table, creating sections as needed; a non-table in
+/// the way is replaced (a valid config has none).
+pub fn set_path(doc: &mut toml::Table, path: &str, v: toml::Value) {
+    let mut parts: Vec<&str> = path.split('.').collect();
+    let last = parts.pop().expect("non-empty path");
+    let mut t = doc;
+    for p in parts {
+        let entry = t
+            .entry(p.to_string())
+            .or_insert_with(|| toml::Value::Table(toml::Table::new()));
+        if !entry.is_table() {
+            *entry = toml::Value::Table(toml::Table::new());
+        }
+        t = entry.as_table_mut().expect("made a table");
+    }
+    t.insert(last.to_string(), v);
+}
+
+/// A command-line override, `--set KEY=VALUE`: a dotted config key (`train.lr`) and a TOML
+/// value (`1e-3`, `6`, `true`, `[1, 2]`, `"text"`; a bare word is a string).
+#[derive(Clone, Debug)]
+pub struct Override {
+    pub text: String,
+    pub key: String,
+    pub value: toml::Value,
+}
+
+impl Override {
+    /// Parse one override and check its key and type against the config's structure alone,
+    /// so that an error names the override, not the file.
+    pub fn parse(text: &str) -> Result<Override, ConfigError> {
+        let source = PathBuf::from(format!("--set {text}"));
+        let Some((key, raw)) = text.split_once('=') else {
+            return Err(ConfigError::Field {
+                file: source,
+                field: text.to_string(),
+                reason: "expected KEY=VALUE, for example train.lr=1e-3".into(),
+            });
+        };
+        let key = key.trim().to_string();
+        if key.is_empty() || key.split('.').any(str::is_empty) {
+            return Err(ConfigError::Field {
+                file: source,
+                field: key,
+                reason: "expected a dotted config key, for example train.lr".into(),
+            });
+        }
+        let raw = raw.trim();
+        let value = toml::from_str::<toml::Table>(&format!("v = {raw}"))
+            .ok()
+            .and_then(|mut t| t.remove("v"))
+            .unwrap_or_else(|| toml::Value::String(raw.to_string()));
+        let mut one = toml::Table::new();
+        set_path(&mut one, &key, value.clone());
+        let text_one = toml::to_string(&one).expect("a table serializes");
+        parse_toml::<ConfigFile>(&text_one, &source).map_err(|e| match e {
+            // A line number of the one-line table would only mislead.
+            ConfigError::Field {
+                file,
+                field,
+                reason,
+            } => ConfigError::Field {
+                file,
+                field,
+                reason: reason
+                    .rsplit_once(" (line ")
+                    .map_or(reason.clone(), |r| r.0.to_string()),
+            },
+            other => other,
+        })?;
+        Ok(Override {
+            text: text.to_string(),
+            key,
+            value,
+        })
+    }
+}
+
 /// Most inclusion labels one query may carry: the search's mask has 2^this states per node.
 pub const MAX_INCLUDE: u32 = 8;
 /// Longest path the search handles; distances are stored in 6 bits.
@@ -348,6 +426,29 @@ impl Config {
             .map(|s| s.to_string_lossy().into_owned())
             .unwrap_or_else(|| "config".into());
         Config::from_toml(&text, path, &stem)
+    }
+
+    /// Load a config file with command-line overrides applied on top, validated together; the
+    /// resolved config (what `to_toml` writes into a run) holds them.
+    pub fn load_with(path: &Path, overrides: &[Override]) -> Result<Config, ConfigError> {
+        if overrides.is_empty() {
+            return Config::load(path);
+        }
+        let text = std::fs::read_to_string(path).map_err(|e| ConfigError::Read {
+            file: path.to_path_buf(),
+            reason: e.to_string(),
+        })?;
+        parse_toml::<ConfigFile>(&text, path)?;
+        let mut doc: toml::Table = parse_toml(&text, path)?;
+        for o in overrides {
+            set_path(&mut doc, &o.key, o.value.clone());
+        }
+        let stem = path
+            .file_stem()
+            .map(|s| s.to_string_lossy().into_owned())
+            .unwrap_or_else(|| "config".into());
+        let merged = toml::to_string(&doc).expect("a table serializes");
+        Config::from_toml(&merged, path, &stem)
     }
 
     /// Parse and validate TOML text; `file` is only used in messages, `default_name` when the

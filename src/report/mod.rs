@@ -443,7 +443,11 @@ pub fn write(input: &Path, out: Option<&Path>) -> Result<PathBuf> {
             let f: Vec<f64> = v.iter().filter_map(|r| r.num(FLOPS)).collect();
             let c: Vec<f64> = v.iter().filter_map(|r| r.num("eval/creativity")).collect();
             let (fm, m) = (MeanCi::of(&f).mean, MeanCi::of(&c));
-            let _ = writeln!(data, "{b},{l},{e},{fm:.4e},{},{},{},{}", m.mean, m.lo, m.hi, m.n);
+            let _ = writeln!(
+                data,
+                "{b},{l},{e},{fm:.4e},{},{},{},{}",
+                m.mean, m.lo, m.hi, m.n
+            );
             let s = series.entry(l).or_insert_with(|| {
                 let mut s = Series::scatter(&format!("L = {l}"), Vec::new());
                 s.line = true;

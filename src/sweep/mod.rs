@@ -49,8 +49,8 @@ pub struct Sweep {
 }
 
 impl Sweep {
-    pub fn load(spec: &Path) -> Result<Sweep> {
-        let spec = Spec::load(spec)?;
+    pub fn load(spec: &Path, overrides: &[crate::config::Override]) -> Result<Sweep> {
+        let spec = Spec::load(spec, overrides)?;
         let dir = spec.dir();
         Ok(Sweep { spec, dir })
     }
@@ -234,19 +234,6 @@ impl State {
     }
 }
 
-/// Whether process `pid` is alive here (a zombie counts as dead).
-fn alive(pid: u32) -> bool {
-    std::fs::read_to_string(format!("/proc/{pid}/stat"))
-        .map(|s| {
-            !s.rsplit(')')
-                .next()
-                .unwrap_or("")
-                .trim_start()
-                .starts_with('Z')
-        })
-        .unwrap_or(false)
-}
-
 /// The last non-empty line of a file.
 pub fn last_line(path: &Path) -> Option<String> {
     let text = std::fs::read_to_string(path).ok()?;
@@ -264,7 +251,7 @@ pub fn state(run_dir: &Path, squeue: &[String]) -> State {
     if let Some(r) = markers::read_running(run_dir) {
         let here = r.host == markers::hostname();
         let live = if here {
-            alive(r.pid)
+            markers::alive(r.pid)
         } else {
             r.slurm_job.as_ref().is_some_and(|j| squeue.contains(j))
         };

@@ -9,7 +9,7 @@ use serde::Deserialize;
 use sha2::{Digest, Sha256};
 use toml::Value;
 
-use crate::config::{Config, hex};
+use crate::config::{Config, Override, hex, set_path};
 
 /// The file as written.
 #[derive(Debug, Deserialize)]
@@ -113,21 +113,6 @@ fn flatten(prefix: &str, t: &toml::Table, out: &mut Vec<(String, Value)>) {
     }
 }
 
-/// Set `path` (dotted) to `v` in a config table, creating sections as needed.
-fn put(doc: &mut toml::Table, path: &str, v: Value) {
-    let mut parts: Vec<&str> = path.split('.').collect();
-    let last = parts.pop().expect("non-empty path");
-    let mut t = doc;
-    for p in parts {
-        t = t
-            .entry(p.to_string())
-            .or_insert_with(|| Value::Table(toml::Table::new()))
-            .as_table_mut()
-            .expect("config sections are tables");
-    }
-    t.insert(last.to_string(), v);
-}
-
 fn short(v: &Value) -> String {
     match v {
         Value::String(s) => s.clone(),
@@ -137,7 +122,8 @@ fn short(v: &Value) -> String {
 }
 
 impl Spec {
-    pub fn load(path: &Path) -> Result<Spec> {
+    /// Load a spec; `overrides` (`--set`) apply to every run after the spec's own `[set]`.
+    pub fn load(path: &Path, overrides: &[Override]) -> Result<Spec> {
         let text = std::fs::read_to_string(path)
             .with_context(|| format!("{}: cannot read", path.display()))?;
         let file: SpecFile = toml::from_str(&text).map_err(|e| {
@@ -173,6 +159,24 @@ impl Spec {
         flatten("", &file.set, &mut set);
         let mut axes = Vec::new();
         flatten("", &file.grid, &mut axes);
+        let mut swept: Vec<String> = axes.iter().map(|a| a.0.clone()).collect();
+        let mut zipped_keys = Vec::new();
+        flatten("", &file.zip, &mut zipped_keys);
+        swept.extend(zipped_keys.into_iter().map(|z| z.0));
+        if file.bucket.is_some() {
+            swept.extend(["model.n_layer", "model.n_embd", "model.n_head"].map(String::from));
+        }
+        for o in overrides {
+            if swept.contains(&o.key) {
+                anyhow::bail!(
+                    "--set {}: {} is an axis of {}; change the spec instead",
+                    o.text,
+                    o.key,
+                    path.display()
+                );
+            }
+            set.push((o.key.clone(), o.value.clone()));
+        }
         let mut lists: Vec<(String, Vec<Value>)> = Vec::new();
         for (k, v) in axes {
             let Value::Array(items) = v else {
@@ -302,7 +306,7 @@ impl Spec {
         for (target, combo) in combos {
             let mut doc = base.clone();
             for (k, v) in set.iter().chain(&combo) {
-                put(&mut doc, k, v.clone());
+                set_path(&mut doc, k, v.clone());
             }
             doc.remove("name");
             let text = toml::to_string(&doc)?;
@@ -385,7 +389,7 @@ mod tests {
             ),
         )
         .unwrap();
-        let s = Spec::load(&p).unwrap();
+        let s = Spec::load(&p, &[]).unwrap();
         assert_eq!(s.results, Some(dir.path().join("out")));
         let got: Vec<(Option<u64>, u32, u32, u32, u64)> = s
             .runs

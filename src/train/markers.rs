@@ -2,9 +2,10 @@
 //! where), `FAILED` after an error (the error line). With `DONE` and the checkpoints, they make
 //! the directory the truth about a run, for `lab sweep status` and `collect`.
 
+use std::io::Write as _;
 use std::path::Path;
 
-use anyhow::Result;
+use anyhow::{Context, Result, bail};
 use serde::{Deserialize, Serialize};
 
 use crate::fsutil::write_atomic;
@@ -50,21 +51,130 @@ pub fn slurm_job() -> Option<String> {
     }
 }
 
-pub fn running(run_dir: &Path) -> Result<()> {
-    let _ = std::fs::remove_file(run_dir.join(FAILED));
-    let m = Running {
-        pid: std::process::id(),
-        host: hostname(),
-        slurm_job: slurm_job(),
+/// Whether process `pid` is alive on this host (a zombie counts as dead).
+pub fn alive(pid: u32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .map(|s| {
+            !s.rsplit(')')
+                .next()
+                .unwrap_or("")
+                .trim_start()
+                .starts_with('Z')
+        })
+        .unwrap_or(false)
+}
+
+/// Whether `pid` is alive here and is a trainer (`train` among its arguments), so that a pid
+/// reused by another program does not hold a run forever.
+fn trainer_alive(pid: u32) -> bool {
+    alive(pid)
+        && std::fs::read(format!("/proc/{pid}/cmdline"))
+            .map(|c| c.split(|&b| b == 0).any(|a| a == b"train"))
+            .unwrap_or(false)
+}
+
+impl Running {
+    fn me() -> Running {
+        Running {
+            pid: std::process::id(),
+            host: hostname(),
+            slurm_job: slurm_job(),
+        }
+    }
+
+    fn describe(&self) -> String {
+        match &self.slurm_job {
+            Some(j) => format!("pid {} on {} (Slurm job {j})", self.pid, self.host),
+            None => format!("pid {} on {}", self.pid, self.host),
+        }
+    }
+}
+
+/// Refuse a run directory that another trainer holds. A marker left by a trainer that is gone
+/// does not hold it: on this host a dead pid is stale; the same Slurm job (a requeue) takes
+/// over; from another host the holder cannot be checked, so only `takeover` overrides it.
+/// Returns whether a stale marker was found.
+pub fn check_free(run_dir: &Path, takeover: bool) -> Result<bool> {
+    let path = run_dir.join(RUNNING);
+    if !path.exists() {
+        return Ok(false);
+    }
+    let Some(h) = read_running(run_dir) else {
+        // Unreadable: a trainer between creating and writing it, or a torn write; the
+        // creator writes within microseconds, so give it a moment.
+        std::thread::sleep(std::time::Duration::from_millis(200));
+        return match read_running(run_dir) {
+            Some(_) => check_free(run_dir, takeover),
+            None => Ok(true),
+        };
     };
-    write_atomic(
-        &run_dir.join(RUNNING),
-        (serde_json::to_string(&m)? + "\n").as_bytes(),
+    let me = Running::me();
+    if h.pid == me.pid && h.host == me.host {
+        return Ok(true);
+    }
+    if h.host == me.host {
+        if trainer_alive(h.pid) {
+            bail!(
+                "{}: a trainer is running in this run directory ({}); wait for it, or stop it \
+                 (it checkpoints on SIGTERM) and --resume",
+                run_dir.display(),
+                h.describe()
+            );
+        }
+        return Ok(true);
+    }
+    if takeover || (h.slurm_job.is_some() && h.slurm_job == me.slurm_job) {
+        return Ok(true);
+    }
+    bail!(
+        "{}: held by a trainer on another host ({}); if it is gone (its node died), take the \
+         run over with --takeover",
+        run_dir.display(),
+        h.describe()
     )
 }
 
+/// Take the run directory for this trainer: `RUNNING` is created exclusively, so of two
+/// trainers starting together one wins and the other is refused, naming the winner.
+pub fn acquire(run_dir: &Path, takeover: bool) -> Result<()> {
+    let path = run_dir.join(RUNNING);
+    for _ in 0..3 {
+        if check_free(run_dir, takeover)? {
+            eprintln!(
+                "{}: taking over from a trainer that is gone",
+                run_dir.display()
+            );
+            let _ = std::fs::remove_file(&path);
+        }
+        match std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .open(&path)
+        {
+            Ok(mut f) => {
+                let _ = std::fs::remove_file(run_dir.join(FAILED));
+                f.write_all((serde_json::to_string(&Running::me())? + "\n").as_bytes())
+                    .and_then(|_| f.sync_all())
+                    .with_context(|| format!("{}: cannot write", path.display()))?;
+                return Ok(());
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => continue,
+            Err(e) => {
+                return Err(e).with_context(|| format!("{}: cannot create", path.display()));
+            }
+        }
+    }
+    bail!(
+        "{}: another trainer keeps taking this run directory",
+        run_dir.display()
+    )
+}
+
+/// Release the run directory, if this process holds it.
 pub fn clear(run_dir: &Path) {
-    let _ = std::fs::remove_file(run_dir.join(RUNNING));
+    if read_running(run_dir).is_none_or(|h| h.pid == std::process::id() && h.host == hostname()) {
+        let _ = std::fs::remove_file(run_dir.join(RUNNING));
+    }
 }
 
 pub fn failed(run_dir: &Path, error: &str) {

@@ -33,6 +33,8 @@ pub struct Options {
     pub resume: bool,
     pub device: Device,
     pub max_steps: Option<u64>,
+    /// Take over a run directory whose `RUNNING` marker names a trainer on another host.
+    pub takeover: bool,
 }
 
 /// `run.json`: how to find the run's data, and its sizes.
@@ -83,7 +85,10 @@ pub fn read_run_info(run_dir: &Path) -> Result<RunInfo> {
 }
 
 /// Check that `run_dir` may be used for `cfg`, and create it with its fixed files.
-fn prepare_run_dir(cfg: &Config, run_dir: &Path, resume: bool) -> Result<()> {
+fn prepare_run_dir(cfg: &Config, run_dir: &Path, resume: bool, takeover: bool) -> Result<()> {
+    if run_dir.is_dir() {
+        markers::check_free(run_dir, takeover)?;
+    }
     let cfg_path = run_dir.join("config.toml");
     if cfg_path.exists() {
         let theirs = Config::load(&cfg_path)?;
@@ -184,8 +189,8 @@ pub fn train(opts: Options) -> Result<Outcome> {
     let data = DataDir::open(&data_dir)?;
     let cache = tokens::load_or_build(&data)?;
     let run_dir = opts.out.clone().unwrap_or_else(|| default_run_dir(cfg));
-    prepare_run_dir(cfg, &run_dir, opts.resume)?;
-    markers::running(&run_dir)?;
+    prepare_run_dir(cfg, &run_dir, opts.resume, opts.takeover)?;
+    markers::acquire(&run_dir, opts.takeover)?;
     let result = train_in(&opts, &data_dir, &data, &cache, run_dir.clone());
     match &result {
         Ok(_) => markers::clear(&run_dir),

@@ -1,7 +1,6 @@
 //! The tokenizer against Python's `tokenizers`: `Tokenizer.from_file` on our `tokenizer.json`
 //! gives the lab's ids for every line of the tiny dataset, and decoding round-trips.
 
-
 use lab::dataset::DataDir;
 
 use crate::util::{python, tiny_data};

@@ -445,3 +445,140 @@ fn eval_every_and_flops_with_the_head() {
     let want = 3.0 * 6.0 * (v * e * loss_positions) as f64;
     assert!((head / want - 1.0).abs() < 1e-9, "{head} vs {want}");
 }
+
+/// `--set` overrides go through the file's validation: an unknown key or a wrong type is a
+/// one-line exit-2 error naming the override and its key; a good one lands in the run's
+/// config.toml, so that `--resume` with it continues and `--resume` without it is refused.
+#[test]
+fn set_overrides_validate_land_in_the_run_and_resume() {
+    let tmp = tempfile::tempdir().unwrap();
+    let cfg = micro(tmp.path(), "");
+    for (set, needles) in [
+        (
+            "train.lrr=1e-3",
+            vec!["--set train.lrr=1e-3", "train.lrr", "unknown field"],
+        ),
+        ("model.n_layer=two", vec!["model.n_layer", "invalid type"]),
+        ("train.lr", vec!["--set train.lr", "expected KEY=VALUE"]),
+        (
+            "model.n_head=3",
+            vec!["micro.toml", "model.n_embd", "multiple of model.n_head (3)"],
+        ),
+    ] {
+        let out = train(tmp.path(), &cfg, "bad", &["--set", set], 2);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(err.trim_end().lines().count(), 1, "one line: {err}");
+        for n in needles {
+            assert!(err.contains(n), "`{n}` missing from {err}");
+        }
+        assert!(
+            !tmp.path().join("bad").exists(),
+            "nothing written for {set}"
+        );
+    }
+    let set = ["--set", "train.lr=2e-3", "--set", "model.n_layer=1"];
+    train(
+        tmp.path(),
+        &cfg,
+        "run",
+        &[&set[..], &["--max-steps", "6"]].concat(),
+        0,
+    );
+    let saved = std::fs::read_to_string(tmp.path().join("run/config.toml")).unwrap();
+    assert!(
+        saved.contains("lr = 0.002") && saved.contains("n_layer = 1"),
+        "{saved}"
+    );
+    train(
+        tmp.path(),
+        &cfg,
+        "run",
+        &[&set[..], &["--resume", "--max-steps", "12"]].concat(),
+        0,
+    );
+    assert_eq!(metrics(&tmp.path().join("run")).last().unwrap()["step"], 12);
+    let out = train(tmp.path(), &cfg, "run", &["--resume"], 2);
+    assert!(String::from_utf8_lossy(&out.stderr).contains("config"));
+}
+
+/// Two trainers never share a run directory: while one runs, a second (with or without
+/// --resume) is refused with one line naming the holder's pid; after the holder is killed with
+/// -9 its marker is stale and --resume proceeds; a marker from another host is refused with a
+/// pointer to --takeover, which then takes the run over.
+#[test]
+fn two_trainers_never_share_a_run_directory() {
+    let tmp = tempfile::tempdir().unwrap();
+    let cfg = micro(tmp.path(), "").with_file_name("long.toml");
+    std::fs::write(&cfg, MICRO.replace("epochs = 2", "epochs = 200")).unwrap();
+    let run = tmp.path().join("run");
+    let mut first = Command::new(env!("CARGO_BIN_EXE_lab"))
+        .current_dir(tmp.path())
+        .args(["train", "--device", "cpu", "--config"])
+        .arg(&cfg)
+        .args(["--out", "run"])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let start = Instant::now();
+    while !run.join("trainer_state.json").exists() {
+        assert!(start.elapsed() < Duration::from_secs(120), "no checkpoint");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    let pid = first.id().to_string();
+    for args in [&["--resume"][..], &[][..]] {
+        let out = train(tmp.path(), &cfg, "run", args, 2);
+        let err = String::from_utf8_lossy(&out.stderr);
+        let lines: Vec<&str> = err
+            .lines()
+            .filter(|l| !l.starts_with("training "))
+            .collect();
+        assert_eq!(lines.len(), 1, "{err}");
+        assert!(
+            lines[0].contains("a trainer is running") && lines[0].contains(&format!("pid {pid} ")),
+            "{err}"
+        );
+    }
+    assert!(run.join("RUNNING").exists(), "the holder keeps its marker");
+    Command::new("kill").args(["-9", &pid]).status().unwrap();
+    first.wait().unwrap();
+    let marker = std::fs::read_to_string(run.join("RUNNING")).unwrap();
+    assert!(marker.contains(&pid), "the stale marker stays: {marker}");
+    let state: Value =
+        serde_json::from_str(&std::fs::read_to_string(run.join("trainer_state.json")).unwrap())
+            .unwrap();
+    let step = state["step"].as_u64().unwrap();
+    let next = (step + 3).to_string();
+    train(
+        tmp.path(),
+        &cfg,
+        "run",
+        &["--resume", "--max-steps", &next],
+        0,
+    );
+    assert!(!run.join("RUNNING").exists(), "released after a clean stop");
+    // A trainer on another host, which this one cannot check.
+    std::fs::write(
+        run.join("RUNNING"),
+        r#"{"pid": 4242, "host": "node-elsewhere", "slurm_job": "77_3"}"#,
+    )
+    .unwrap();
+    let out = train(tmp.path(), &cfg, "run", &["--resume"], 2);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("node-elsewhere") && err.contains("77_3") && err.contains("--takeover"),
+        "{err}"
+    );
+    let next = (step + 6).to_string();
+    train(
+        tmp.path(),
+        &cfg,
+        "run",
+        &["--resume", "--takeover", "--max-steps", &next],
+        0,
+    );
+    assert_eq!(
+        metrics(&run).last().unwrap()["step"].as_u64().unwrap(),
+        step + 6
+    );
+}
