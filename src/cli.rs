@@ -87,9 +87,17 @@ pub enum Command {
     },
     /// Score answers from any source against a data directory's eval set.
     Score {
-        /// The data directory.
+        /// The data directory [default: the --run's].
+        #[arg(long, required_unless_present = "run")]
+        data: Option<PathBuf>,
+        /// Score with this run's weights ([eval] alpha_*, gamma, coverage_k) and its data.
+        #[arg(long, conflicts_with = "config")]
+        run: Option<PathBuf>,
+        /// Score with this config's weights ([eval] alpha_*, gamma, coverage_k).
         #[arg(long)]
-        data: PathBuf,
+        config: Option<PathBuf>,
+        #[command(flatten)]
+        weights: WeightArgs,
         /// JSONL answers, one `{"id": …, "output": "…"}` a line.
         #[arg(long, required_unless_present = "prompts")]
         answers: Option<PathBuf>,
@@ -102,12 +110,6 @@ pub enum Command {
         /// Where to write [default: ANSWERS with .scored.jsonl].
         #[arg(long)]
         out: Option<PathBuf>,
-        /// With --sets: CREATE's patience γ for the set score s(S).
-        #[arg(long, default_value_t = 0.9)]
-        gamma: f64,
-        /// With --sets: coverage counts valid paths of at most h + k hops.
-        #[arg(long, default_value_t = 2)]
-        coverage_k: u32,
     },
     /// Sweeps of many runs: plan, run (locally or on Slurm), status, collect.
     #[command(subcommand)]
@@ -211,6 +213,30 @@ pub enum SweepCommand {
         #[arg(long = "set", value_name = "KEY=VALUE")]
         set: Vec<String>,
     },
+}
+
+/// Scoring weights for `lab score`; each flag overrides the --run's or --config's value, and
+/// those the SPEC defaults.
+#[derive(clap::Args, Debug, Clone)]
+pub struct WeightArgs {
+    /// Novelty weight of the hop count, α_h.
+    #[arg(long)]
+    alpha_hops: Option<f64>,
+    /// Novelty weight of label rarity, α_r.
+    #[arg(long)]
+    alpha_rarity: Option<f64>,
+    /// Utility weight of inclusions, α_I.
+    #[arg(long)]
+    alpha_include: Option<f64>,
+    /// Utility weight of exclusions, α_X.
+    #[arg(long)]
+    alpha_exclude: Option<f64>,
+    /// With --sets: CREATE's patience γ for the set score s(S).
+    #[arg(long)]
+    gamma: Option<f64>,
+    /// With --sets: coverage counts valid paths of at most h + k hops.
+    #[arg(long)]
+    coverage_k: Option<u32>,
 }
 
 /// Sampling flags shared by `lab eval` and `lab query`.
@@ -365,13 +391,17 @@ pub fn run(cli: Cli) -> Result<ExitCode> {
         } => run_eval(&run, epoch, &sampling, &device)?,
         Command::Score {
             data,
+            run,
+            config,
+            weights,
             answers,
             sets,
             prompts,
             out,
-            gamma,
-            coverage_k,
-        } => run_score(&data, answers, sets, prompts, out, (gamma, coverage_k))?,
+        } => {
+            let (data, scoring) = score_settings(data, run, config, &weights)?;
+            run_score(&data, answers, sets, prompts, out, &scoring)?
+        }
         Command::Query {
             run,
             query,
@@ -591,13 +621,63 @@ fn run_eval(run_dir: &Path, epoch: Option<u64>, sampling: &SampleArgs, device: &
     Ok(())
 }
 
+/// The data directory and scoring weights of `lab score`: the run's or config's `[eval]`
+/// values, each overridden by its flag, else the SPEC defaults.
+fn score_settings(
+    data: Option<PathBuf>,
+    run: Option<PathBuf>,
+    config: Option<PathBuf>,
+    w: &WeightArgs,
+) -> Result<(PathBuf, eval::answers::Scoring)> {
+    let (cfg, source, run_data) = match (&run, &config) {
+        (Some(r), _) => {
+            let p = r.join("config.toml");
+            let data = crate::train::run::read_run_info(r)?.data_dir;
+            (Some(Config::load(&p)?), p.display().to_string(), Some(data))
+        }
+        (None, Some(c)) => (Some(Config::load(c)?), c.display().to_string(), None),
+        (None, None) => (None, "the SPEC defaults".to_string(), None),
+    };
+    let e = cfg.map(|c| c.eval).unwrap_or_default();
+    let mut s = eval::answers::Scoring {
+        alphas: eval::score::Alphas::of(&e),
+        gamma: e.gamma,
+        coverage_k: e.coverage_k,
+        source,
+    };
+    let flags = [
+        (&mut s.alphas.hops, w.alpha_hops),
+        (&mut s.alphas.rarity, w.alpha_rarity),
+        (&mut s.alphas.include, w.alpha_include),
+        (&mut s.alphas.exclude, w.alpha_exclude),
+        (&mut s.gamma, w.gamma),
+    ];
+    let mut any = w.coverage_k.is_some();
+    for (slot, flag) in flags {
+        if let Some(v) = flag {
+            *slot = v;
+            any = true;
+        }
+    }
+    if let Some(k) = w.coverage_k {
+        s.coverage_k = k;
+    }
+    if any {
+        s.source.push_str(", with flags");
+    }
+    let data = data
+        .or(run_data)
+        .ok_or_else(|| anyhow::anyhow!("--data: needed without --run"))?;
+    Ok((data, s))
+}
+
 fn run_score(
     data: &Path,
     answers: Option<PathBuf>,
     sets: bool,
     prompts: bool,
     out: Option<PathBuf>,
-    (gamma, coverage_k): (f64, u32),
+    scoring: &eval::answers::Scoring,
 ) -> Result<()> {
     let d = DataDir::open(data)?;
     if prompts {
@@ -610,63 +690,35 @@ fn run_score(
     }
     let answers = answers.expect("clap requires --answers");
     let queries = d.eval()?;
-    let parsed = eval::answers::read(&answers, &queries, sets)?;
-    for p in &parsed.problems {
+    let scored = eval::answers::score_file(&d, &queries, &answers, sets, scoring)?;
+    for p in &scored.problems {
         eprintln!("skipped {p}");
     }
-    let alphas = eval::score::Alphas::default();
-    let mut grouped: Vec<Vec<eval::score::Scored>> = vec![Vec::new(); queries.len()];
-    for (i, text) in &parsed.answers {
-        let q = &queries[*i];
-        grouped[*i].push(eval::score::score(
-            &d.graph,
-            &q.query,
-            Some(&q.path),
-            text,
-            true,
-            &alphas,
-        ));
-    }
-    let results: Vec<eval::Answers> = queries
-        .iter()
-        .zip(grouped)
-        .filter(|(_, a)| !a.is_empty())
-        .map(|(query, answers)| eval::Answers {
-            query,
-            answers,
-            set: None,
-        })
-        .collect();
-    let results = if sets {
-        eval::with_sets(&d, results, gamma, coverage_k)
-    } else {
-        results
-    };
-    let summary = eval::summarise(&results);
     // The output stem: --out without its .jsonl, or ANSWERS with .scored in place of .jsonl.
     let stem = match out {
         Some(o) => o.with_extension(""),
         None => answers.with_extension("scored"),
     };
-    let path = eval::write(&stem, &results, &summary)?;
+    let path = eval::write(&stem, &scored.results, &scored.summary)?;
+    println!("{}", scoring.describe());
     print!(
         "{}",
         eval::report(
             &format!(
                 "{}: {} answers to {} of {} queries: {}",
                 answers.display(),
-                parsed.answers.len(),
-                results.len(),
-                queries.len(),
+                scored.answers,
+                scored.results.len(),
+                scored.queries,
                 path.display()
             ),
-            &summary
+            &scored.summary
         )
     );
-    if !parsed.problems.is_empty() {
+    if !scored.problems.is_empty() {
         println!(
             "  {} lines skipped (listed on stderr)",
-            parsed.problems.len()
+            scored.problems.len()
         );
     }
     Ok(())

@@ -11,6 +11,7 @@ use serde::Deserialize;
 use crate::dataset::DataDir;
 use crate::dataset::evalset::EvalQuery;
 use crate::dataset::example::prompt;
+use crate::eval::score::{Alphas, Scored, score};
 use crate::graph::labels_string;
 
 #[derive(Deserialize)]
@@ -125,4 +126,80 @@ fn spaced(letters: &str) -> String {
         .map(String::from)
         .collect::<Vec<_>>()
         .join(", ")
+}
+
+/// How `lab score` scores: the weights, the set parameters, and where they came from.
+pub struct Scoring {
+    pub alphas: Alphas,
+    pub gamma: f64,
+    pub coverage_k: u32,
+    /// `runs/x/config.toml`, `the SPEC defaults`, … (said in the output).
+    pub source: String,
+}
+
+impl Scoring {
+    pub fn describe(&self) -> String {
+        let a = &self.alphas;
+        format!(
+            "weights: alpha_hops {} alpha_rarity {} alpha_include {} alpha_exclude {}, gamma {}, coverage_k {} (from {})",
+            a.hops, a.rarity, a.include, a.exclude, self.gamma, self.coverage_k, self.source
+        )
+    }
+}
+
+/// An answers file scored against a data directory's eval set.
+pub struct ScoredFile<'a> {
+    pub results: Vec<crate::eval::Answers<'a>>,
+    pub summary: crate::eval::summary::Summary,
+    /// Good lines, and the eval set's size.
+    pub answers: usize,
+    pub queries: usize,
+    /// One message per skipped line.
+    pub problems: Vec<String>,
+}
+
+/// Read and score an answers file (as sets with `sets`), every answer checked against the
+/// graph and its query, with `scoring`'s weights.
+pub fn score_file<'a>(
+    d: &DataDir,
+    queries: &'a [EvalQuery],
+    path: &Path,
+    sets: bool,
+    scoring: &Scoring,
+) -> Result<ScoredFile<'a>> {
+    let parsed = read(path, queries, sets)?;
+    let mut grouped: Vec<Vec<Scored>> = vec![Vec::new(); queries.len()];
+    for (i, text) in &parsed.answers {
+        let q = &queries[*i];
+        grouped[*i].push(score(
+            &d.graph,
+            &q.query,
+            Some(&q.path),
+            text,
+            true,
+            &scoring.alphas,
+        ));
+    }
+    let results: Vec<crate::eval::Answers> = queries
+        .iter()
+        .zip(grouped)
+        .filter(|(_, a)| !a.is_empty())
+        .map(|(query, answers)| crate::eval::Answers {
+            query,
+            answers,
+            set: None,
+        })
+        .collect();
+    let results = if sets {
+        crate::eval::with_sets(d, results, scoring.gamma, scoring.coverage_k)
+    } else {
+        results
+    };
+    Ok(ScoredFile {
+        summary: crate::eval::summarise(&results),
+        results,
+        answers: parsed.answers.len(),
+        queries: queries.len(),
+        problems: parsed.problems,
+    })
 }

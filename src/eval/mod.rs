@@ -49,12 +49,7 @@ impl Settings {
             decode: Decode::Greedy,
             samples: 1,
             seed: cfg.train.seed,
-            alphas: Alphas {
-                hops: e.alpha_hops,
-                rarity: e.alpha_rarity,
-                include: e.alpha_include,
-                exclude: e.alpha_exclude,
-            },
+            alphas: Alphas::of(e),
             batch_rows: e.batch_rows as usize,
             budget: 2 * cfg.data.h_max_train as usize + 2,
             gamma: e.gamma,

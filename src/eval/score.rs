@@ -84,6 +84,18 @@ pub struct Alphas {
     pub exclude: f64,
 }
 
+impl Alphas {
+    /// The weights of a config's `[eval]` section.
+    pub fn of(e: &crate::config::EvalConfig) -> Alphas {
+        Alphas {
+            hops: e.alpha_hops,
+            rarity: e.alpha_rarity,
+            include: e.alpha_include,
+            exclude: e.alpha_exclude,
+        }
+    }
+}
+
 impl Default for Alphas {
     fn default() -> Self {
         Alphas {

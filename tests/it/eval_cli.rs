@@ -335,3 +335,154 @@ fn query_with_a_malformed_string_says_the_expected_form() {
         "{text}"
     );
 }
+
+/// `lab score` scores with the weights of the run (or config) it is given, says which, and
+/// then agrees with `lab eval` on the same answers; with the SPEC defaults the numbers differ.
+#[test]
+fn score_uses_the_runs_weights_and_agrees_with_eval() {
+    let dir = tempfile::tempdir().unwrap().keep();
+    let text = format!(
+        "{MICRO}[eval]\nalpha_hops = 0.5\nalpha_rarity = 2.0\nalpha_include = 3.0\nalpha_exclude = 0.25\n"
+    );
+    let cfg = write_config(&dir, "weighted.toml", &text);
+    run_expect(
+        lab(&dir)
+            .args(["train", "--device", "cpu", "--config"])
+            .arg(&cfg)
+            .args(["--out", "run"]),
+        0,
+    );
+    // `lab eval` on the last epoch's checkpoint: the same answers and summary as training's.
+    let before = std::fs::read_to_string(dir.join("run/eval/epoch-02.summary.json")).unwrap();
+    run_expect(
+        lab(&dir).args(["eval", "--device", "cpu", "--run", "run", "--epoch", "2"]),
+        0,
+    );
+    let summary = &dir.join("run/eval/epoch-02.summary.json");
+    assert_eq!(std::fs::read_to_string(summary).unwrap(), before);
+    let answers = PathBuf::from(summary.to_string_lossy().replace(".summary.json", ".jsonl"));
+    let read = |p: &Path| std::fs::read_to_string(p).unwrap();
+    for how in [
+        &["--run", "run"][..],
+        &["--config", "weighted.toml", "--data"][..],
+    ] {
+        let mut c = lab(&dir);
+        c.arg("score").args(how);
+        if how[0] == "--config" {
+            let info: serde_json::Value =
+                serde_json::from_str(&read(&dir.join("run/run.json"))).unwrap();
+            c.arg(info["data_dir"].as_str().unwrap());
+        }
+        let out = run_expect(
+            c.arg("--answers")
+                .arg(&answers)
+                .args(["--out", "rescored.jsonl"]),
+            0,
+        );
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            stdout.contains("alpha_hops 0.5 alpha_rarity 2 alpha_include 3 alpha_exclude 0.25"),
+            "{stdout}"
+        );
+        assert_eq!(
+            read(&dir.join("rescored.summary.json")),
+            read(summary),
+            "{how:?}"
+        );
+    }
+    // On valid answers (the reference paths) the weights matter: the run's give
+    // U = (1 + 3|I|)(1 + 0.25|X|) and N = 0.5 h + 2 S, a flag overrides one of them, and
+    // without a run or config the defaults apply.
+    let info: serde_json::Value = serde_json::from_str(&read(&dir.join("run/run.json"))).unwrap();
+    let data = PathBuf::from(info["data_dir"].as_str().unwrap());
+    let eval_lines: Vec<serde_json::Value> = read(&data.join("eval.jsonl"))
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let refs: String = eval_lines
+        .iter()
+        .map(|q| {
+            let path: Vec<&str> = q["path"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|t| t.as_str().unwrap())
+                .collect();
+            format!(
+                "{}\n",
+                serde_json::json!({"id": q["id"], "output": path.join(" ")})
+            )
+        })
+        .collect();
+    std::fs::write(dir.join("refs.jsonl"), refs).unwrap();
+    let score = |args: &[&str], out: &str| -> Vec<serde_json::Value> {
+        let o = run_expect(
+            lab(&dir)
+                .arg("score")
+                .args(args)
+                .args(["--answers", "refs.jsonl", "--out", out]),
+            0,
+        );
+        let stdout = String::from_utf8_lossy(&o.stdout).into_owned();
+        let mut lines: Vec<serde_json::Value> = read(&dir.join(out))
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect();
+        lines.push(serde_json::Value::String(stdout));
+        lines
+    };
+    let weighted = score(&["--run", "run"], "w.jsonl");
+    let flagged = score(&["--run", "run", "--alpha-include", "1"], "f.jsonl");
+    let plain = score(&["--data", data.to_str().unwrap()], "p.jsonl");
+    assert!(
+        plain
+            .last()
+            .unwrap()
+            .as_str()
+            .unwrap()
+            .contains("(from the SPEC defaults)")
+    );
+    assert!(
+        flagged
+            .last()
+            .unwrap()
+            .as_str()
+            .unwrap()
+            .contains("alpha_include 1 ")
+    );
+    let manifest: serde_json::Value =
+        serde_json::from_str(&read(&data.join("manifest.json"))).unwrap();
+    let w = &manifest["label_weights"];
+    for (k, q) in eval_lines.iter().enumerate() {
+        let (w_line, f_line, p_line) = (&weighted[k], &flagged[k], &plain[k]);
+        assert_eq!(w_line["valid"], true, "{w_line}");
+        let path = q["path"].as_array().unwrap();
+        let h = (path.len() / 2) as f64;
+        let s: f64 = path
+            .iter()
+            .skip(1)
+            .step_by(2)
+            .map(|l| -w[l.as_str().unwrap()].as_f64().unwrap().ln())
+            .sum::<f64>()
+            / h;
+        let (ni, nx) = (
+            q["include"].as_array().unwrap().len() as f64,
+            q["exclude"].as_array().unwrap().len() as f64,
+        );
+        let close = |a: &serde_json::Value, b: f64| (a.as_f64().unwrap() - b).abs() < 1e-9;
+        assert!(close(&w_line["novelty"], 0.5 * h + 2.0 * s), "{w_line}");
+        assert!(
+            close(&w_line["utility"], (1.0 + 3.0 * ni) * (1.0 + 0.25 * nx)),
+            "{w_line}"
+        );
+        assert!(
+            close(&f_line["utility"], (1.0 + ni) * (1.0 + 0.25 * nx)),
+            "{f_line}"
+        );
+        assert!(close(&p_line["novelty"], h + s), "{p_line}");
+        assert!(
+            close(&p_line["utility"], (1.0 + ni) * (1.0 + nx)),
+            "{p_line}"
+        );
+    }
+}
