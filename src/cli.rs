@@ -443,10 +443,25 @@ fn run_sweep(cmd: SweepCommand) -> Result<ExitCode> {
             dry_run,
         } => {
             let s = Sweep::load(&spec, &overrides(&set)?)?;
+            let o = sweep::slurm::Options {
+                partition,
+                gres,
+                time,
+                array_parallelism,
+                account,
+                sbatch_args: sbatch_arg,
+                signal_secs,
+                device,
+                dry_run,
+                overrides: set,
+            };
+            if backend == "slurm" {
+                o.validate()?;
+            }
             let plan = s.plan()?;
             if backend == "local" {
                 let todo = s.pending(&plan);
-                let t = sweep::local::run(&todo, jobs, threads, &device, &|row| s.export(row))?;
+                let t = sweep::local::run(&todo, jobs, threads, &o.device, &|row| s.export(row))?;
                 println!(
                     "{}: {} runs done in this call, {} failed, {} interrupted; `lab sweep status {}` for all",
                     s.spec.name,
@@ -459,17 +474,7 @@ fn run_sweep(cmd: SweepCommand) -> Result<ExitCode> {
                     return Ok(ExitCode::from(1));
                 }
             } else {
-                let o = sweep::slurm::Options {
-                    partition,
-                    gres,
-                    time,
-                    array_parallelism,
-                    account,
-                    sbatch_args: sbatch_arg,
-                    signal_secs,
-                    device,
-                    dry_run,
-                };
+
                 match sweep::slurm::submit(&s, &plan, &o)? {
                     None => println!("{}: every run is DONE; nothing to submit", s.spec.name),
                     Some(sub) if dry_run => {

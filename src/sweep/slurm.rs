@@ -26,6 +26,43 @@ pub struct Options {
     pub device: String,
     /// Write the script and task list, submit nothing.
     pub dry_run: bool,
+    /// The sweep's `--set` overrides, passed on to the collect job.
+    pub overrides: Vec<String>,
+}
+
+impl Options {
+    /// Every value that reaches the job script is one line of printable text: a newline would
+    /// end its `#SBATCH` line and start a shell line.
+    pub fn validate(&self) -> Result<()> {
+        let one = |flag: &str, v: &str| -> Result<()> {
+            if let Some(c) = v.chars().find(|c| c.is_control()) {
+                bail!(
+                    "--{flag}: {v:?} contains the control character U+{:04X}; a value for sbatch \
+                     must be one line of text",
+                    c as u32
+                );
+            }
+            Ok(())
+        };
+        for (flag, v) in [
+            ("partition", &self.partition),
+            ("gres", &self.gres),
+            ("time", &self.time),
+            ("account", &self.account),
+        ] {
+            if let Some(v) = v {
+                one(flag, v)?;
+            }
+        }
+        one("device", &self.device)?;
+        for a in &self.sbatch_args {
+            one("sbatch-arg", a)?;
+        }
+        for a in &self.overrides {
+            one("set", a)?;
+        }
+        Ok(())
+    }
 }
 
 /// What was submitted.
@@ -168,6 +205,7 @@ fn sbatch(args: &[String]) -> Result<String> {
 
 /// Write this submission's task list and script, submit the array and the collect job.
 pub fn submit(sweep: &Sweep, plan: &[PlanRow], o: &Options) -> Result<Option<Submitted>> {
+    o.validate()?;
     if !o.dry_run && !on_path("sbatch") {
         bail!(
             "sbatch not found on PATH: this machine is not a Slurm client; run the sweep here with --backend local"
@@ -215,8 +253,13 @@ pub fn submit(sweep: &Sweep, plan: &[PlanRow], o: &Options) -> Result<Option<Sub
             args.push(format!("--{flag}={v}"));
         }
     }
+    let sets: String = o
+        .overrides
+        .iter()
+        .map(|s| format!(" --set {}", quote(s)))
+        .collect();
     args.push(format!(
-        "--wrap=cd {} && {} sweep collect {}",
+        "--wrap=cd {} && {} sweep collect {}{sets}",
         quote(&std::env::current_dir()?.to_string_lossy()),
         quote(&lab.to_string_lossy()),
         quote(&spec.to_string_lossy())

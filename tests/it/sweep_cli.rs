@@ -397,3 +397,34 @@ fn a_failed_run_is_shown_with_its_log_and_left_out_of_results() {
     let rows = lab::report::read_csv(&ws.path().join("checkpoints/faulty/results.csv")).unwrap();
     assert_eq!(rows.len(), 2, "only the good run's 2 epochs");
 }
+
+/// A value bound for an `#SBATCH` line with a control character in it (a newline would start a
+/// shell line of the job script) is refused before anything is written.
+#[test]
+fn sbatch_values_with_control_characters_are_refused() {
+    for (flag, value) in [
+        ("--partition", "debug\nrm -rf ~"),
+        ("--account", "lab\r"),
+        ("--gres", "gpu:1\u{1b}[2J"),
+        ("--time", "1:00:00\necho hi"),
+        ("--sbatch-arg", "--mem=4G\n#!/bin/sh"),
+    ] {
+        let ws = workspace();
+        let out = run_expect(
+            lab(ws.path())
+                .args(["sweep", "run", "sweeps/smoke.toml", "--backend", "slurm", "--dry-run"])
+                .args([flag, value]),
+            2,
+        );
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(err.trim_end().lines().count(), 1, "one line: {err}");
+        assert!(
+            err.contains(flag) && err.contains("control character"),
+            "{flag}: {err}"
+        );
+        assert!(
+            !ws.path().join("checkpoints/smoke").exists(),
+            "{flag}: nothing written"
+        );
+    }
+}
