@@ -474,7 +474,6 @@ fn run_sweep(cmd: SweepCommand) -> Result<ExitCode> {
                     return Ok(ExitCode::from(1));
                 }
             } else {
-
                 match sweep::slurm::submit(&s, &plan, &o)? {
                     None => println!("{}: every run is DONE; nothing to submit", s.spec.name),
                     Some(sub) if dry_run => {

@@ -58,7 +58,7 @@ impl StagingDir {
     pub fn new(target: &Path) -> Result<StagingDir> {
         let parent = parent_of(target);
         std::fs::create_dir_all(parent)
-            .with_context(|| format!("{}: cannot create directory", parent.display()))?;
+            .with_context(|| format!("{}: cannot create directory", target.display()))?;
         let name = target
             .file_name()
             .map(|n| n.to_string_lossy().into_owned())

@@ -230,20 +230,6 @@ fn train_in(
         steps_per_epoch,
         total_steps,
     };
-    write_atomic(
-        &run_dir.join(RUN),
-        (serde_json::to_string_pretty(&info)? + "\n").as_bytes(),
-    )?;
-    write_atomic(
-        &run_dir.join("config.json"),
-        gcfg.hf_config_json().as_bytes(),
-    )?;
-    std::fs::copy(
-        data_dir.join(dataset::TOKENIZER),
-        run_dir.join(dataset::TOKENIZER),
-    )
-    .with_context(|| format!("{}: cannot write tokenizer.json", run_dir.display()))?;
-
     let device = &opts.device;
     let (model, mut opt, state) = if opts.resume {
         let (dir, state) = checkpoint::latest(&run_dir)?;
@@ -274,6 +260,22 @@ fn train_in(
         };
         (model, opt, state)
     };
+    // The run's fixed files, once a resumed checkpoint has loaded: a bad checkpoint leaves the
+    // directory as it was.
+    write_atomic(
+        &run_dir.join(RUN),
+        (serde_json::to_string_pretty(&info)? + "\n").as_bytes(),
+    )?;
+    write_atomic(
+        &run_dir.join("config.json"),
+        gcfg.hf_config_json().as_bytes(),
+    )?;
+    std::fs::copy(
+        data_dir.join(dataset::TOKENIZER),
+        run_dir.join(dataset::TOKENIZER),
+    )
+    .with_context(|| format!("{}: cannot write tokenizer.json", run_dir.display()))?;
+
     if run_dir.join(DONE).exists() {
         return Ok(Outcome {
             ending: Ending::AlreadyDone,

@@ -2,6 +2,7 @@
 
 mod util;
 
+mod bad_input;
 mod data_cli;
 mod data_props;
 mod e2e;

@@ -412,7 +412,14 @@ fn sbatch_values_with_control_characters_are_refused() {
         let ws = workspace();
         let out = run_expect(
             lab(ws.path())
-                .args(["sweep", "run", "sweeps/smoke.toml", "--backend", "slurm", "--dry-run"])
+                .args([
+                    "sweep",
+                    "run",
+                    "sweeps/smoke.toml",
+                    "--backend",
+                    "slurm",
+                    "--dry-run",
+                ])
                 .args([flag, value]),
             2,
         );
