@@ -12,6 +12,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::fsutil::{StagingDir, write_atomic};
 use crate::sweep::PlanRow;
+use crate::train::run::DONE;
 
 /// Written last into an exported run: its presence means the export is complete.
 pub const META: &str = "run.meta.json";
@@ -44,7 +45,7 @@ pub fn gzip(bytes: &[u8]) -> Result<Vec<u8>> {
 
 /// Copy a finished run's small files from `meta.plan.dir` into `results`, replacing an older
 /// export of it: `config.toml`, `metrics.jsonl`, `eval/epoch-NN.summary.json` and the scored
-/// answers `eval/epoch-NN.jsonl.gz`.
+/// answers `eval/epoch-NN.jsonl.gz`, and the final `trainer_state.json`.
 pub fn export(results: &Path, meta: &Meta) -> Result<PathBuf> {
     let src = &meta.plan.dir;
     let stage = StagingDir::new(&run_dir(results, &meta.plan.run))?;
@@ -56,6 +57,13 @@ pub fn export(results: &Path, meta: &Meta) -> Result<PathBuf> {
     };
     copy("config.toml")?;
     copy("metrics.jsonl")?;
+    // The final trainer state (steps, tokens, FLOPs, training seconds): what the run cost.
+    if src.join(DONE).exists() {
+        let from = src.join(DONE);
+        let bytes =
+            std::fs::read(&from).with_context(|| format!("{}: cannot read", from.display()))?;
+        write_atomic(&stage.path().join("trainer_state.json"), &bytes)?;
+    }
     let eval = src.join("eval");
     std::fs::create_dir_all(stage.path().join("eval"))?;
     let mut names: Vec<String> = std::fs::read_dir(&eval)
