@@ -59,9 +59,12 @@ fn curves<'a>(rows: &[&'a Row], axis: &str) -> Curves<'a> {
     c
 }
 
+/// A group of runs' rows under its label.
+pub type Group<'a> = (String, Vec<&'a Row>);
+
 /// The groups of a study: depth groups (one bucket, ≥ 3 depths) and width groups (one depth,
 /// ≥ 3 widths), by their `bucket` label, smallest parameter count first.
-pub fn groups<'a>(rows: &'a [Row]) -> (Vec<(String, Vec<&'a Row>)>, Vec<(String, Vec<&'a Row>)>) {
+pub fn groups(rows: &[Row]) -> (Vec<Group<'_>>, Vec<Group<'_>>) {
     let mut by: BTreeMap<&str, Vec<&Row>> = BTreeMap::new();
     for r in rows {
         by.entry(r.get("bucket")).or_default().push(r);
@@ -126,7 +129,7 @@ fn ci_json(m: &MeanCi) -> Value {
 }
 
 /// Claim 1: creativity rises with compute at every depth.
-fn compute(depth: &[(String, Vec<&Row>)]) -> Finding {
+fn compute(depth: &[Group]) -> Finding {
     let mut verdicts = Vec::new();
     let mut numbers = Vec::new();
     for (b, rows) in depth {
@@ -205,7 +208,7 @@ fn best_setting(
     (common, means, p)
 }
 
-fn depth_claim(depth: &[(String, Vec<&Row>)]) -> Finding {
+fn depth_claim(depth: &[Group]) -> Finding {
     let mut verdicts = Vec::new();
     let mut numbers = Vec::new();
     let mut stat = Vec::new();
@@ -255,7 +258,7 @@ fn depth_claim(depth: &[(String, Vec<&Row>)]) -> Finding {
     }
 }
 
-fn width_claim(width: &[(String, Vec<&Row>)]) -> Finding {
+fn width_claim(width: &[Group]) -> Finding {
     let mut verdicts = Vec::new();
     let mut numbers = Vec::new();
     let mut stat = Vec::new();
@@ -315,7 +318,7 @@ fn finals<'a>(rows: &[&'a Row]) -> Vec<&'a Row> {
         .collect()
 }
 
-fn tradeoff(depth: &[(String, Vec<&Row>)]) -> Finding {
+fn tradeoff(depth: &[Group]) -> Finding {
     let mut verdicts = Vec::new();
     let mut numbers = Vec::new();
     let mut stat = Vec::new();
@@ -372,7 +375,7 @@ fn tradeoff(depth: &[(String, Vec<&Row>)]) -> Finding {
     }
 }
 
-fn errors(depth: &[(String, Vec<&Row>)]) -> Finding {
+fn errors(depth: &[Group]) -> Finding {
     // Per run at its last evaluation: ln((hallucination + 1) / (invalid path + 1)).
     let ratios = |rows: &[&Row]| -> Vec<f64> {
         finals(rows)

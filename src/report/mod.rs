@@ -130,7 +130,9 @@ fn flops_heatmap(rows: &[&Row], column: &str, value: &str, best_head: bool) -> (
         e.0 += v;
         e.1 += 1;
     }
-    let mut per_cell: BTreeMap<(usize, usize), Vec<(&str, f64, usize)>> = BTreeMap::new();
+    // Per cell: each head count with its mean and number of runs.
+    type Heads<'a> = Vec<(&'a str, f64, usize)>;
+    let mut per_cell: BTreeMap<(usize, usize), Heads> = BTreeMap::new();
     for (&(x, y, h), &(s, n)) in &acc {
         per_cell
             .entry((x, y))

@@ -191,7 +191,9 @@ impl Spec {
             lists.push((k, items));
         }
         // The bucket's (target, L, E, H) combinations form one more axis.
-        let mut shapes: Vec<(Option<u64>, Vec<(String, Value)>)> = vec![(None, Vec::new())];
+        // A bucket target (if any) and the fields set so far, per combination.
+        type Combo = (Option<u64>, Vec<(String, Value)>);
+        let mut shapes: Vec<Combo> = vec![(None, Vec::new())];
         if let Some(b) = &file.bucket {
             if b.n_layer.is_empty() || b.n_head.is_empty() || b.target.list().is_empty() {
                 return Err(err(
