@@ -208,39 +208,99 @@ fn best_setting(
     (common, means, p)
 }
 
-fn depth_claim(depth: &[Group]) -> Finding {
-    let mut verdicts = Vec::new();
-    let mut numbers = Vec::new();
-    let mut stat = Vec::new();
-    for (i, (b, rows)) in depth.iter().enumerate() {
-        let (common, means, p) = best_setting(rows, "n_layer", FLOPS, 2 + i as u64);
-        if means.len() < 3 {
-            continue;
-        }
-        let interior = p[1..p.len() - 1].iter().fold(0.0, |a, b| a + b);
-        let best = means
-            .iter()
-            .max_by(|a, b| a.1.mean.total_cmp(&b.1.mean))
-            .map(|m| m.0)
-            .unwrap_or(0.0);
-        let min_n = means.iter().map(|m| m.1.n).min().unwrap_or(0);
-        verdicts.push(if min_n < 2 {
-            Verdict::Inconclusive
-        } else if interior >= SURE {
-            Verdict::Reproduced
-        } else if interior <= 1.0 - SURE {
-            Verdict::NotReproduced
+/// One group's optimum test: C at the group's common compute for each setting of `key`, and the
+/// share of bootstrap resamples whose best setting is `good` (given its index, the number of
+/// settings and its value).
+struct Optimum {
+    verdict: Verdict,
+    best: f64,
+    share: f64,
+    numbers: Value,
+}
+
+impl Optimum {
+    fn describe(&self, group: &str, setting: &str, share: &str) -> String {
+        if self.best.is_nan() {
+            format!("{group}: too few settings reach a common compute")
         } else {
-            Verdict::Inconclusive
+            format!(
+                "{group}: best {setting} = {}, {share} = {:.3}",
+                self.best, self.share
+            )
+        }
+    }
+}
+
+fn optimum(
+    (group, rows): (&str, &[&Row]),
+    key: &str,
+    axis: &str,
+    seed: u64,
+    good: impl Fn(usize, usize, f64) -> bool,
+) -> Option<Optimum> {
+    let (common, means, p) = best_setting(rows, key, axis, seed);
+    if means.len() < 3 {
+        // Too few settings have an evaluation at or below the common compute to tell an
+        // optimum: inconclusive, and said so.
+        return Some(Optimum {
+            verdict: Verdict::Inconclusive,
+            best: f64::NAN,
+            share: f64::NAN,
+            numbers: json!({
+                "group": group,
+                "compute_axis": axis,
+                "common_compute": common,
+                "settings_at_common_compute": means.len(),
+            }),
         });
-        stat.push(format!("{b}: best L = {best}, P(interior) = {interior:.3}"));
-        numbers.push(json!({
-            "bucket": b,
-            "common_flops": common,
-            "c_by_depth": means.iter().map(|(l, m)| json!({"n_layer": l, "c": ci_json(m)})).collect::<Vec<_>>(),
-            "p_best": means.iter().zip(&p).map(|((l, _), p)| json!({"n_layer": l, "p": p})).collect::<Vec<_>>(),
-            "p_interior": interior,
-        }));
+    }
+    let share = means
+        .iter()
+        .zip(&p)
+        .enumerate()
+        .filter(|(i, ((k, _), _))| good(*i, means.len(), *k))
+        .map(|(_, (_, p))| *p)
+        .fold(0.0, |a, b| a + b);
+    let best = means
+        .iter()
+        .max_by(|a, b| a.1.mean.total_cmp(&b.1.mean))
+        .map(|m| m.0)
+        .unwrap_or(0.0);
+    let min_n = means.iter().map(|m| m.1.n).min().unwrap_or(0);
+    let verdict = if min_n < 2 {
+        Verdict::Inconclusive
+    } else if share >= SURE {
+        Verdict::Reproduced
+    } else if share <= 1.0 - SURE {
+        Verdict::NotReproduced
+    } else {
+        Verdict::Inconclusive
+    };
+    let numbers = json!({
+        "group": group,
+        "compute_axis": axis,
+        "common_compute": common,
+        "c_by_setting": means.iter().map(|(k, m)| json!({key: k, "c": ci_json(m)})).collect::<Vec<_>>(),
+        "p_best": means.iter().zip(&p).map(|((k, _), p)| json!({key: k, "p": p})).collect::<Vec<_>>(),
+        "p_claimed": share,
+    });
+    Some(Optimum {
+        verdict,
+        best,
+        share,
+        numbers,
+    })
+}
+
+fn depth_claim(depth: &[Group]) -> Finding {
+    let (mut verdicts, mut numbers, mut stat) = (Vec::new(), Vec::new(), Vec::new());
+    for (i, (b, rows)) in depth.iter().enumerate() {
+        let interior = |i: usize, n: usize, _: f64| i > 0 && i + 1 < n;
+        if let Some(o) = optimum((b, rows), "n_layer", FLOPS, 2 + i as u64, interior) {
+            stat.push(o.describe(b, "L", "P(interior)"));
+            verdicts.push(o.verdict);
+            numbers.push(o.numbers);
+        }
     }
     Finding {
         claim: 2,
@@ -259,42 +319,15 @@ fn depth_claim(depth: &[Group]) -> Finding {
 }
 
 fn width_claim(width: &[Group]) -> Finding {
-    let mut verdicts = Vec::new();
-    let mut numbers = Vec::new();
-    let mut stat = Vec::new();
+    let (mut verdicts, mut numbers, mut stat) = (Vec::new(), Vec::new(), Vec::new());
     for (i, (b, rows)) in width.iter().enumerate() {
-        let (common, means, p) = best_setting(rows, "e_over_l", FLOPS_WITH_HEAD, 20 + i as u64);
-        let in_band: f64 = means
-            .iter()
-            .zip(&p)
-            .filter(|((r, _), _)| (WIDTH_BAND.0..=WIDTH_BAND.1).contains(r))
-            .map(|(_, p)| p)
-            .fold(0.0, |a, b| a + b);
-        let best = means
-            .iter()
-            .max_by(|a, b| a.1.mean.total_cmp(&b.1.mean))
-            .map(|m| m.0)
-            .unwrap_or(0.0);
-        let min_n = means.iter().map(|m| m.1.n).min().unwrap_or(0);
-        verdicts.push(if min_n < 2 {
-            Verdict::Inconclusive
-        } else if in_band >= SURE {
-            Verdict::Reproduced
-        } else if in_band <= 1.0 - SURE {
-            Verdict::NotReproduced
-        } else {
-            Verdict::Inconclusive
-        });
-        stat.push(format!(
-            "{b}: best E/L = {best:.0}, P(best in 200–300) = {in_band:.3}"
-        ));
-        numbers.push(json!({
-            "group": b,
-            "common_flops": common,
-            "c_by_e_over_l": means.iter().map(|(r, m)| json!({"e_over_l": r, "c": ci_json(m)})).collect::<Vec<_>>(),
-            "p_best": means.iter().zip(&p).map(|((r, _), p)| json!({"e_over_l": r, "p": p})).collect::<Vec<_>>(),
-            "p_in_band": in_band,
-        }));
+        let in_band = |_: usize, _: usize, r: f64| (WIDTH_BAND.0..=WIDTH_BAND.1).contains(&r);
+        let seed = 20 + i as u64;
+        if let Some(o) = optimum((b, rows), "e_over_l", FLOPS_WITH_HEAD, seed, in_band) {
+            stat.push(o.describe(b, "E/L", "P(best in 200–300)"));
+            verdicts.push(o.verdict);
+            numbers.push(o.numbers);
+        }
     }
     Finding {
         claim: 3,
@@ -354,10 +387,14 @@ fn tradeoff(depth: &[Group]) -> Finding {
         } else {
             Verdict::Inconclusive
         });
-        stat.push(format!(
-            "{b}: slope {:.4} [{:.4}, {:.4}]",
-            m.mean, m.lo, m.hi
-        ));
+        stat.push(if m.n == 0 {
+            format!("{b}: no run has normalised novelty at two constraint counts")
+        } else {
+            format!(
+                "{b}: slope {:.4} [{:.4}, {:.4}] (n = {})",
+                m.mean, m.lo, m.hi, m.n
+            )
+        });
         numbers.push(json!({"bucket": b, "slope_per_constraint": ci_json(&m)}));
     }
     Finding {

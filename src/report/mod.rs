@@ -286,8 +286,7 @@ pub fn write(input: &Path, out: Option<&Path>) -> Result<PathBuf> {
         let mut series = Vec::new();
         for (b, rs) in groups.iter() {
             let (common, by) = findings::at_common_compute(rs, key, flops);
-            let mut s = Series::scatter(b, Vec::new());
-            s.line = true;
+            let mut s = Series::line(b);
             for (k, v) in by {
                 let m = MeanCi::of(&v);
                 let k = f64::from_bits(k);
@@ -296,10 +295,7 @@ pub fn write(input: &Path, out: Option<&Path>) -> Result<PathBuf> {
                     "{b},{k},{common:.4e},{},{},{},{}",
                     m.mean, m.lo, m.hi, m.n
                 );
-                s.points.push((k, m.mean));
-                if m.n >= 2 {
-                    s.bars.push((k, m.lo, m.hi));
-                }
+                s.push_interval(k, m.mean, m.lo, m.hi);
             }
             series.push(s);
         }
@@ -329,8 +325,7 @@ pub fn write(input: &Path, out: Option<&Path>) -> Result<PathBuf> {
     let mut data = String::from("bucket,constraints,novelty_pooled_mean,lo,hi,runs\n");
     let mut series = Vec::new();
     for b in &all_buckets {
-        let mut s = Series::scatter(b, Vec::new());
-        s.line = true;
+        let mut s = Series::line(b);
         for c in 0..16 {
             let v: Vec<f64> = finals
                 .iter()
@@ -340,10 +335,7 @@ pub fn write(input: &Path, out: Option<&Path>) -> Result<PathBuf> {
             if !v.is_empty() {
                 let m = MeanCi::of(&v);
                 let _ = writeln!(data, "{b},{c},{},{},{},{}", m.mean, m.lo, m.hi, m.n);
-                s.points.push((c as f64, m.mean));
-                if m.n >= 2 {
-                    s.bars.push((c as f64, m.lo, m.hi));
-                }
+                s.push_interval(c as f64, m.mean, m.lo, m.hi);
             }
         }
         series.push(s);
@@ -450,15 +442,10 @@ pub fn write(input: &Path, out: Option<&Path>) -> Result<PathBuf> {
                 "{b},{l},{e},{fm:.4e},{},{},{},{}",
                 m.mean, m.lo, m.hi, m.n
             );
-            let s = series.entry(l).or_insert_with(|| {
-                let mut s = Series::scatter(&format!("L = {l}"), Vec::new());
-                s.line = true;
-                s
-            });
-            s.points.push((fm, m.mean));
-            if m.n >= 2 {
-                s.bars.push((fm, m.lo, m.hi));
-            }
+            series
+                .entry(l)
+                .or_insert_with(|| Series::line(&format!("L = {l}")))
+                .push_interval(fm, m.mean, m.lo, m.hi);
         }
         let fig = Figure::Lines {
             title: format!("Creativity against compute by depth, bucket {b} (mean, 95% CI)"),

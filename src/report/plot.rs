@@ -282,6 +282,22 @@ pub struct Series {
 }
 
 impl Series {
+    /// Points joined by a line, with error bars added as they come.
+    pub fn line(name: &str) -> Series {
+        Series {
+            line: true,
+            ..Series::scatter(name, Vec::new())
+        }
+    }
+
+    /// A point at (x, mean) with its interval as an error bar (none for a single value).
+    pub fn push_interval(&mut self, x: f64, mean: f64, lo: f64, hi: f64) {
+        self.points.push((x, mean));
+        if lo.is_finite() && hi.is_finite() {
+            self.bars.push((x, lo, hi));
+        }
+    }
+
     /// Markers only, no error bars: one point per run.
     pub fn scatter(name: &str, points: Vec<(f64, f64)>) -> Series {
         Series {

@@ -80,30 +80,30 @@ pub fn at_log_x(points: &[(f64, f64)], x: f64) -> Option<f64> {
 }
 
 /// Bootstrap over seeds: resample each setting's values with replacement `b` times and count
-/// how often each setting has the highest mean. Returns the fraction per setting. Seeded, so the
-/// same values give the same fractions.
+/// how often each setting has the highest mean (a tie shares the win). Returns the fraction per
+/// setting. Seeded, so the same values give the same fractions.
 pub fn bootstrap_best(groups: &[Vec<f64>], b: usize, seed: u64) -> Vec<f64> {
     let mut rng = stream(seed, Purpose::Sampling, 0);
-    let mut wins = vec![0usize; groups.len()];
+    let mut wins = vec![0f64; groups.len()];
+    let mut means = vec![f64::NEG_INFINITY; groups.len()];
     for _ in 0..b {
-        let mut best = (f64::NEG_INFINITY, usize::MAX);
-        for (i, g) in groups.iter().enumerate() {
-            if g.is_empty() {
-                continue;
-            }
-            let m = (0..g.len())
-                .map(|_| g[rng.random_range(0..g.len())])
-                .sum::<f64>()
-                / g.len() as f64;
-            if m > best.0 {
-                best = (m, i);
+        for (m, g) in means.iter_mut().zip(groups) {
+            if !g.is_empty() {
+                *m = (0..g.len())
+                    .map(|_| g[rng.random_range(0..g.len())])
+                    .sum::<f64>()
+                    / g.len() as f64;
             }
         }
-        if best.1 != usize::MAX {
-            wins[best.1] += 1;
+        let top = means.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+        let tied = means.iter().filter(|&&m| m == top).count() as f64;
+        for (w, &m) in wins.iter_mut().zip(&means) {
+            if m == top && top > f64::NEG_INFINITY {
+                *w += 1.0 / tied;
+            }
         }
     }
-    wins.iter().map(|&w| w as f64 / b as f64).collect()
+    wins.iter().map(|&w| w / b as f64).collect()
 }
 
 /// Spearman's rank correlation of two equal-length samples (ties get mean ranks).
@@ -163,6 +163,12 @@ mod tests {
         assert_eq!(clear, vec![0.0, 1.0]);
         let tie = bootstrap_best(&[vec![1.0, 2.0, 3.0], vec![1.0, 2.0, 3.0]], 4000, 1);
         assert!(tie[0] > 0.3 && tie[1] > 0.3, "{tie:?}");
+        // Settings that never differ share every win.
+        let flat = bootstrap_best(&[vec![0.0, 0.0], vec![0.0, 0.0], vec![0.0, 0.0]], 300, 1);
+        assert!(
+            flat.iter().all(|p| (p - 1.0 / 3.0).abs() < 1e-9),
+            "{flat:?}"
+        );
         assert_eq!(
             tie,
             bootstrap_best(&[vec![1.0, 2.0, 3.0], vec![1.0, 2.0, 3.0]], 4000, 1)

@@ -8,7 +8,7 @@ use anyhow::Result;
 use serde_json::Value;
 
 use crate::config::Config;
-use crate::eval::summary::Summary;
+use crate::eval::summary::{Cell, Summary};
 use crate::fsutil::write_atomic;
 use crate::sweep::{PlanRow, State, Sweep, export, squeue_jobs, state};
 use crate::train::metrics;
@@ -36,23 +36,26 @@ pub struct Collected {
     pub left_out: Vec<(String, String)>,
 }
 
-/// Mean `novelty_norm` per constraint count (level − 1) over hops, from an eval summary.
-fn novelty_norm_by_constraints(s: &Summary) -> Vec<(u32, f64)> {
+/// A figure per constraint count (level − 1), computed by `f` from that level's cells.
+fn per_constraints(s: &Summary, f: impl Fn(&[&Cell]) -> Option<f64>) -> Vec<(u32, f64)> {
     let mut levels: Vec<u32> = s.by_hop_level.iter().map(|c| c.level).collect();
     levels.sort_unstable();
     levels.dedup();
     levels
         .into_iter()
         .filter_map(|l| {
-            let v: Vec<f64> = s
-                .by_hop_level
-                .iter()
-                .filter(|c| c.level == l)
-                .filter_map(|c| c.novelty_norm)
-                .collect();
-            (!v.is_empty()).then(|| (l - 1, v.iter().sum::<f64>() / v.len() as f64))
+            let cells: Vec<&Cell> = s.by_hop_level.iter().filter(|c| c.level == l).collect();
+            f(&cells).map(|v| (l - 1, v))
         })
         .collect()
+}
+
+/// Mean `novelty_norm` per constraint count over hops (an unweighted mean of per-hop ratios).
+fn novelty_norm_by_constraints(s: &Summary) -> Vec<(u32, f64)> {
+    per_constraints(s, |cells| {
+        let v: Vec<f64> = cells.iter().filter_map(|c| c.novelty_norm).collect();
+        (!v.is_empty()).then(|| v.iter().sum::<f64>() / v.len() as f64)
+    })
 }
 
 fn csv_field(v: &Value) -> String {
@@ -79,29 +82,21 @@ type Record = Vec<(String, Value)>;
 /// Normalised novelty per constraint count (level − 1), pooled over hops: the mean novelty of
 /// every valid answer at that count over the mean of its valid 1-hop answers (SPEC §9).
 fn novelty_pooled_by_constraints(s: &Summary) -> Vec<(u32, f64)> {
-    let mut levels: Vec<u32> = s.by_hop_level.iter().map(|c| c.level).collect();
-    levels.sort_unstable();
-    levels.dedup();
-    levels
-        .into_iter()
-        .filter_map(|l| {
-            let cells = s.by_hop_level.iter().filter(|c| c.level == l);
-            let (mut sum, mut valid, mut base) = (0.0, 0.0, None);
-            for c in cells {
-                let f = &c.figures;
-                if let Some(nv) = f.novelty_valid {
-                    let k = f.valid_rate * f.n as f64;
-                    sum += nv * k;
-                    valid += k;
-                    if c.hop == 1 {
-                        base = Some(nv);
-                    }
+    per_constraints(s, |cells| {
+        let (mut sum, mut valid, mut base) = (0.0, 0.0, None);
+        for c in cells {
+            let f = &c.figures;
+            if let Some(nv) = f.novelty_valid {
+                let k = f.valid_rate * f.n as f64;
+                sum += nv * k;
+                valid += k;
+                if c.hop == 1 {
+                    base = Some(nv);
                 }
             }
-            base.filter(|_| valid > 0.0)
-                .map(|b| (l - 1, sum / valid / b))
-        })
-        .collect()
+        }
+        base.filter(|_| valid > 0.0).map(|b| sum / valid / b)
+    })
 }
 
 /// The rows of one run: one per evaluated epoch, read from its directory `row.dir`.

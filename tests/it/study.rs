@@ -75,15 +75,20 @@ fn figures_and_findings_regenerate_from_the_committed_runs() {
     assert!(md.contains("## The paper's claims"), "{md}");
 }
 
+/// `scripts/rescore.sh DIR` with this build of the lab.
+fn rescore(dir: &Path) -> std::process::Output {
+    Command::new("bash")
+        .arg(root().join("scripts/rescore.sh"))
+        .arg(dir)
+        .env("LAB", env!("CARGO_BIN_EXE_lab"))
+        .output()
+        .unwrap()
+}
+
 #[test]
 fn every_committed_answer_file_rescores_to_its_summary() {
     let tmp = fixture_copy();
-    let out = Command::new("bash")
-        .arg(root().join("scripts/rescore.sh"))
-        .arg(tmp.path())
-        .env("LAB", env!("CARGO_BIN_EXE_lab"))
-        .output()
-        .unwrap();
+    let out = rescore(tmp.path());
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(
         out.status.success(),
@@ -124,12 +129,7 @@ fn every_committed_answer_file_rescores_to_its_summary() {
         .unwrap();
     let text = std::fs::read_to_string(&summary).unwrap();
     std::fs::write(&summary, text.replacen("\"n\": ", "\"n\": 1", 1)).unwrap();
-    let out = Command::new("bash")
-        .arg(root().join("scripts/rescore.sh"))
-        .arg(tmp.path())
-        .env("LAB", env!("CARGO_BIN_EXE_lab"))
-        .output()
-        .unwrap();
+    let out = rescore(tmp.path());
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stdout).contains("1 mismatches"));
 }

@@ -35,6 +35,19 @@ fn micro(dir: &Path, extra: &str) -> PathBuf {
     write_config(dir, "micro.toml", &format!("{MICRO}{extra}"))
 }
 
+/// `lab train --config CFG --out OUT` in `dir` on the CPU, as a background process.
+fn spawn_train(dir: &Path, cfg: &Path, out: &str) -> std::process::Child {
+    Command::new(env!("CARGO_BIN_EXE_lab"))
+        .current_dir(dir)
+        .args(["train", "--device", "cpu", "--config"])
+        .arg(cfg)
+        .args(["--out", out])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap()
+}
+
 /// `lab train --config CFG --out OUT ARGS` in `dir`, on the CPU unless ARGS name a device.
 fn train(dir: &Path, cfg: &Path, out: &str, args: &[&str], code: i32) -> std::process::Output {
     let mut c = lab(dir);
@@ -77,15 +90,7 @@ fn kill_dash_nine_then_resume_matches_an_uninterrupted_run() {
     let cfg = micro(tmp.path(), "");
     train(tmp.path(), &cfg, "straight", &[], 0);
     let run = tmp.path().join("killed");
-    let mut child = Command::new(env!("CARGO_BIN_EXE_lab"))
-        .current_dir(tmp.path())
-        .args(["train", "--device", "cpu", "--config"])
-        .arg(&cfg)
-        .args(["--out", "killed"])
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::null())
-        .spawn()
-        .unwrap();
+    let mut child = spawn_train(tmp.path(), &cfg, "killed");
     // Wait until it is past a mid-epoch checkpoint and still in the first epoch.
     let start = Instant::now();
     loop {
@@ -208,19 +213,24 @@ print(json.dumps({t: [[e.step, e.value] for e in acc.Scalars(t)] for t in tags})
     }
 }
 
-/// `lab train` with `extra` appended to the micro config: exit 2, one line naming `what`.
-fn bad_train(cfg_text: &str, args: &[&str], needles: &[&str]) {
-    let tmp = tempfile::tempdir().unwrap();
-    let cfg = write_config(tmp.path(), "bad.toml", cfg_text);
-    let out = train(tmp.path(), &cfg, "run", args, 2);
+/// The one error line of a failed `lab train` (its `training …` banner aside).
+fn error_line(out: &std::process::Output) -> String {
     let err = String::from_utf8_lossy(&out.stderr);
     let lines: Vec<&str> = err
         .lines()
         .filter(|l| !l.starts_with("training "))
         .collect();
     assert_eq!(lines.len(), 1, "one line: {err}");
+    lines[0].to_string()
+}
+
+/// `lab train` with `extra` appended to the micro config: exit 2, one line naming `what`.
+fn bad_train(cfg_text: &str, args: &[&str], needles: &[&str]) {
+    let tmp = tempfile::tempdir().unwrap();
+    let cfg = write_config(tmp.path(), "bad.toml", cfg_text);
+    let line = error_line(&train(tmp.path(), &cfg, "run", args, 2));
     for n in needles {
-        assert!(lines[0].contains(n), "`{n}` missing from: {err}");
+        assert!(line.contains(n), "`{n}` missing from: {line}");
     }
 }
 
@@ -511,15 +521,7 @@ fn two_trainers_never_share_a_run_directory() {
     let cfg = micro(tmp.path(), "").with_file_name("long.toml");
     std::fs::write(&cfg, MICRO.replace("epochs = 2", "epochs = 200")).unwrap();
     let run = tmp.path().join("run");
-    let mut first = Command::new(env!("CARGO_BIN_EXE_lab"))
-        .current_dir(tmp.path())
-        .args(["train", "--device", "cpu", "--config"])
-        .arg(&cfg)
-        .args(["--out", "run"])
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::null())
-        .spawn()
-        .unwrap();
+    let mut first = spawn_train(tmp.path(), &cfg, "run");
     let start = Instant::now();
     while !run.join("trainer_state.json").exists() {
         assert!(start.elapsed() < Duration::from_secs(120), "no checkpoint");
@@ -527,16 +529,10 @@ fn two_trainers_never_share_a_run_directory() {
     }
     let pid = first.id().to_string();
     for args in [&["--resume"][..], &[][..]] {
-        let out = train(tmp.path(), &cfg, "run", args, 2);
-        let err = String::from_utf8_lossy(&out.stderr);
-        let lines: Vec<&str> = err
-            .lines()
-            .filter(|l| !l.starts_with("training "))
-            .collect();
-        assert_eq!(lines.len(), 1, "{err}");
+        let line = error_line(&train(tmp.path(), &cfg, "run", args, 2));
         assert!(
-            lines[0].contains("a trainer is running") && lines[0].contains(&format!("pid {pid} ")),
-            "{err}"
+            line.contains("a trainer is running") && line.contains(&format!("pid {pid} ")),
+            "{line}"
         );
     }
     assert!(run.join("RUNNING").exists(), "the holder keeps its marker");
