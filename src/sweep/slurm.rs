@@ -258,11 +258,19 @@ pub fn submit(sweep: &Sweep, plan: &[PlanRow], o: &Options) -> Result<Option<Sub
         .iter()
         .map(|s| format!(" --set {}", quote(s)))
         .collect();
-    args.push(format!(
-        "--wrap=cd {} && {} sweep collect {}{sets}",
-        quote(&std::env::current_dir()?.to_string_lossy()),
+    let (lab, spec) = (
         quote(&lab.to_string_lossy()),
-        quote(&spec.to_string_lossy())
+        quote(&spec.to_string_lossy()),
+    );
+    // With a results directory, the finished runs are exported there first.
+    let export = if sweep.spec.results.is_some() {
+        format!("{lab} sweep export {spec}{sets} && ")
+    } else {
+        String::new()
+    };
+    args.push(format!(
+        "--wrap=cd {} && {export}{lab} sweep collect {spec}{sets}",
+        quote(&std::env::current_dir()?.to_string_lossy()),
     ));
     let collect_job = sbatch(&args)?;
     Ok(Some(Submitted {
