@@ -100,8 +100,16 @@ fn smoke_sweep_on_slurm_with_preemption_matches_local() {
         0,
     );
 
-    // Slurm, with the GPU-shaped script a real cluster gets.
+    // Slurm, with the GPU-shaped script a real cluster gets, and a results directory the
+    // collect job exports the finished runs to.
     let ws = workspace();
+    let spec_path = ws.path().join("sweeps/smoke.toml");
+    let spec_text = std::fs::read_to_string(&spec_path).unwrap();
+    std::fs::write(
+        &spec_path,
+        spec_text.replacen("base = ", "results = \"../results/smoke\"\nbase = ", 1),
+    )
+    .unwrap();
     let plan = run_expect(
         lab(ws.path()).args(["sweep", "plan", "sweeps/smoke.toml"]),
         0,
@@ -213,6 +221,27 @@ fn smoke_sweep_on_slurm_with_preemption_matches_local() {
     assert_eq!(csv, local_csv, "Slurm and local results agree");
     let rows = lab::report::read_csv(&ws.path().join("checkpoints/smoke/results.csv")).unwrap();
     assert_eq!(rows.len(), 8, "4 runs x 2 evaluated epochs");
+    // The collect jobs exported every run; collected from there alone, the same rows.
+    let exported = ws.path().join("results/smoke");
+    assert_eq!(
+        std::fs::read_dir(exported.join("runs")).unwrap().count(),
+        4,
+        "every run exported"
+    );
+    run_expect(
+        lab(ws.path()).args(["sweep", "collect", "results/smoke"]),
+        0,
+    );
+    let sorted = |t: String| {
+        let mut l: Vec<String> = t.lines().map(String::from).collect();
+        l.sort();
+        l
+    };
+    assert_eq!(
+        sorted(std::fs::read_to_string(exported.join("results.csv")).unwrap()),
+        sorted(csv),
+        "results from the exported runs == results from the run directories"
+    );
     for r in &rows {
         for col in [
             "n_layer",
