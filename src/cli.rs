@@ -65,6 +65,9 @@ pub enum Command {
         /// Take over a run directory held by a trainer on another host that is gone.
         #[arg(long)]
         takeover: bool,
+        /// Peak FLOP/s for MFU [default: measured on the CPU, a data-sheet table on CUDA].
+        #[arg(long, value_parser = positive_flops)]
+        peak: Option<f64>,
         /// Override a config value, validated as the file is: --set train.lr=1e-3 (repeatable).
         #[arg(long = "set", value_name = "KEY=VALUE")]
         set: Vec<String>,
@@ -362,6 +365,7 @@ pub fn run(cli: Cli) -> Result<ExitCode> {
             max_steps,
             set,
             takeover,
+            peak,
         } => {
             let cfg = Config::load_with(&config, &overrides(&set)?)?;
             let device = crate::device::parse(&device)?;
@@ -373,6 +377,7 @@ pub fn run(cli: Cli) -> Result<ExitCode> {
                 device,
                 max_steps,
                 takeover,
+                peak,
             })?;
             print!("{}", train_summary(&o));
             if o.ending == Ending::Interrupted {
@@ -565,6 +570,16 @@ fn run_sweep(cmd: SweepCommand) -> Result<ExitCode> {
         }
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// `--peak`: a positive, finite FLOP/s figure such as 9.89e14.
+fn positive_flops(s: &str) -> Result<f64, String> {
+    match s.parse::<f64>() {
+        Ok(f) if f.is_finite() && f > 0.0 => Ok(f),
+        _ => Err(format!(
+            "`{s}` is not a positive number of FLOP/s, for example 9.89e14"
+        )),
+    }
 }
 
 /// The `--set KEY=VALUE` overrides, each checked alone first.

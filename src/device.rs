@@ -1,5 +1,5 @@
-//! Device choice for `--device auto|cpu|cuda[:N]`: CUDA only when the binary was built with
-//! the `cuda` feature and a GPU answers; `auto` prefers it.
+//! Device choice for `--device auto|cpu|cuda[:N]` (CUDA only when the binary was built with
+//! the `cuda` feature and a GPU answers; `auto` prefers it), and each device's peak for MFU.
 
 use anyhow::{Result, bail};
 use candle_core::Device;
@@ -44,5 +44,72 @@ pub fn name(d: &Device) -> String {
         Device::Cpu => format!("cpu ({} threads)", rayon::current_num_threads()),
         Device::Cuda(_) => "cuda".to_string(),
         _ => format!("{d:?}"),
+    }
+}
+
+/// The peak FLOP/s that MFU is measured against, and where the figure comes from.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Peak {
+    pub flops: f64,
+    pub source: String,
+}
+
+/// Dense peaks of known GPUs for the precision the lab trains in on CUDA (f32 matmuls on TF32
+/// tensor cores), from the vendors' data sheets (SXM parts); bf16 is twice these.
+const GPU_TF32_PEAKS: &[(&str, f64)] = &[
+    ("H200", 494e12),
+    ("H100", 494e12),
+    ("A100", 156e12),
+    ("L40S", 183e12),
+    ("A10", 62.5e12),
+];
+
+/// The peak of `d`: `--peak` when given; on the CPU the measured rate of a 1024³ f32 matmul
+/// on this run's threads (best of 5); on CUDA the table above by `nvidia-smi`'s GPU name, or
+/// None when the GPU is not in it (then MFU is not logged, and the log says to pass --peak).
+pub fn peak(d: &Device, given: Option<f64>) -> Option<Peak> {
+    if let Some(f) = given {
+        return Some(Peak {
+            flops: f,
+            source: "--peak".into(),
+        });
+    }
+    match d {
+        Device::Cpu => {
+            let n = 1024;
+            let a = vec![1.0f32; n * n];
+            let mut c = vec![0f32; n * n];
+            let best = (0..5)
+                .map(|_| {
+                    let t = std::time::Instant::now();
+                    crate::model::ops::sgemm(n, n, n, &mut c, false, &a, n, 1, &a, n, 1, true);
+                    t.elapsed().as_secs_f64()
+                })
+                .fold(f64::INFINITY, f64::min);
+            Some(Peak {
+                flops: 2.0 * (n * n * n) as f64 / best,
+                source: format!(
+                    "measured: f32 matmul {n}³ on {} threads",
+                    rayon::current_num_threads()
+                ),
+            })
+        }
+        _ => {
+            let out = std::process::Command::new("nvidia-smi")
+                .args(["--query-gpu=name", "--format=csv,noheader"])
+                .output()
+                .ok()?;
+            let name = String::from_utf8_lossy(&out.stdout)
+                .lines()
+                .next()?
+                .to_string();
+            GPU_TF32_PEAKS
+                .iter()
+                .find(|(k, _)| name.contains(k))
+                .map(|&(k, f)| Peak {
+                    flops: f,
+                    source: format!("{k} TF32 dense, data sheet ({name})"),
+                })
+        }
     }
 }

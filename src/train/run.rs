@@ -35,6 +35,8 @@ pub struct Options {
     pub max_steps: Option<u64>,
     /// Take over a run directory whose `RUNNING` marker names a trainer on another host.
     pub takeover: bool,
+    /// The device's peak FLOP/s for MFU, instead of the measured or tabled one.
+    pub peak: Option<f64>,
 }
 
 /// `run.json`: how to find the run's data, and its sizes.
@@ -306,7 +308,14 @@ fn train_in(
     let (mut call_tokens, mut first_step_tokens, mut first_step_time) = (0u64, 0u64, None);
     // The log window: its loss sum and step count live in the trainer state (a resumed run
     // logs the same averages); its tokens and clock only time this process.
-    let mut window = (0usize, Instant::now());
+    // Model FLOPs (LM head counted) per second against the device's peak: MFU.
+    let peak = crate::device::peak(&opts.device, opts.peak);
+    match &peak {
+        Some(p) => eprintln!("MFU against {:.3e} FLOP/s ({})", p.flops, p.source),
+        None => eprintln!("MFU not logged: no known peak for this device; pass --peak FLOPS"),
+    }
+    let model_flops = |s: &TrainerState| s.flops + s.flops_head;
+    let mut window = (0usize, Instant::now(), model_flops(&lp.state));
     let mut val_loss = None;
     let ending = 'run: loop {
         if lp.state.epoch >= cfg.train.epochs as u64 {
@@ -354,12 +363,17 @@ fn train_in(
             if s.step.is_multiple_of(cfg.train.log_every) {
                 let secs = window.1.elapsed().as_secs_f64();
                 let mean = s.window_loss / s.window_steps.max(1) as f64;
-                let figures = vec![
+                let rate = (model_flops(s) - window.2) / secs;
+                let mut figures = vec![
                     ("train/loss".to_string(), mean),
                     ("train/lr".to_string(), lr),
                     ("train/grad_norm".to_string(), gnorm),
                     ("train/tokens_per_s".to_string(), window.0 as f64 / secs),
+                    ("train/flops_per_s".to_string(), rate),
                 ];
+                if let Some(p) = &peak {
+                    figures.push(("train/mfu".to_string(), rate / p.flops));
+                }
                 bar.set_message(format!(
                     "ep {} loss {:.4} lr {lr:.2e} {:.0} tok/s",
                     s.epoch + 1,
@@ -368,7 +382,7 @@ fn train_in(
                 ));
                 let (step, epoch, flops) = (s.step, s.epoch + 1, [s.flops, s.flops_head]);
                 lp.metrics.log(step, epoch, flops, &figures)?;
-                window = (0, Instant::now());
+                window = (0, Instant::now(), model_flops(&lp.state));
                 lp.state.window_loss = 0.0;
                 lp.state.window_steps = 0;
             }

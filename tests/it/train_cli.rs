@@ -578,3 +578,47 @@ fn two_trainers_never_share_a_run_directory() {
         step + 6
     );
 }
+
+/// Every `train/*` line logs model FLOPs per second (LM head counted) and MFU against the
+/// stated peak: `--peak` when given, else on the CPU a measured f32 matmul rate, said on stderr.
+#[test]
+fn mfu_is_logged_against_the_stated_peak() {
+    let tmp = tempfile::tempdir().unwrap();
+    let cfg = micro(tmp.path(), "");
+    let raw = |run: &str| -> Vec<Value> {
+        std::fs::read_to_string(tmp.path().join(run).join("metrics.jsonl"))
+            .unwrap()
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap())
+            .filter(|v: &Value| v.get("train/loss").is_some())
+            .collect()
+    };
+    let out = train(
+        tmp.path(),
+        &cfg,
+        "given",
+        &["--max-steps", "8", "--peak", "1e12"],
+        0,
+    );
+    assert!(String::from_utf8_lossy(&out.stderr).contains("MFU against 1.000e12 FLOP/s (--peak)"));
+    let lines = raw("given");
+    assert_eq!(lines.len(), 8);
+    for l in &lines {
+        let (rate, mfu) = (
+            l["train/flops_per_s"].as_f64().unwrap(),
+            l["train/mfu"].as_f64().unwrap(),
+        );
+        assert!(
+            rate > 0.0 && (mfu - rate / 1e12).abs() <= 1e-12 * mfu.abs().max(1.0),
+            "{l}"
+        );
+    }
+    let out = train(tmp.path(), &cfg, "measured", &["--max-steps", "4"], 0);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("measured: f32 matmul 1024³"), "{err}");
+    for l in raw("measured") {
+        assert!(l["train/mfu"].as_f64().unwrap() > 0.0, "{l}");
+    }
+    let out = train(tmp.path(), &cfg, "bad", &["--peak", "0"], 2);
+    assert!(String::from_utf8_lossy(&out.stderr).contains("not a positive number of FLOP/s"));
+}

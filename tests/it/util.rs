@@ -51,15 +51,17 @@ pub fn dir_bytes(dir: &Path, skip: &[&str]) -> Vec<(String, Vec<u8>)> {
     out
 }
 
-/// Every line of a run's metrics.jsonl, without `train/tokens_per_s`, the one figure that
-/// depends on wall-clock time.
+/// Every line of a run's metrics.jsonl, without the figures that depend on wall-clock time
+/// (`train/tokens_per_s`, `train/flops_per_s`, `train/mfu`).
 pub fn metrics(run: &Path) -> Vec<serde_json::Value> {
     std::fs::read_to_string(run.join("metrics.jsonl"))
         .unwrap()
         .lines()
         .map(|l| {
             let mut v: serde_json::Value = serde_json::from_str(l).unwrap();
-            v.as_object_mut().unwrap().remove("train/tokens_per_s");
+            for k in ["train/tokens_per_s", "train/flops_per_s", "train/mfu"] {
+                v.as_object_mut().unwrap().remove(k);
+            }
             v
         })
         .collect()
