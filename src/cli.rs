@@ -518,10 +518,22 @@ fn run_sweep(cmd: SweepCommand) -> Result<ExitCode> {
             let mut counts = std::collections::BTreeMap::new();
             for p in &s.spec.runs {
                 let dir = s.run_dir(&p.name);
-                let st = sweep::state(&dir, &squeue);
+                // A run exported to the spec's results is done, even on a fresh clone that has
+                // no run directory.
+                let exported = s
+                    .spec
+                    .results
+                    .as_ref()
+                    .filter(|r| sweep::export::exported(r, &p.name));
+                let st = match (sweep::state(&dir, &squeue), exported) {
+                    (State::Pending { .. } | State::Failed { .. }, Some(_)) => State::Done,
+                    (st, _) => st,
+                };
                 *counts.entry(st.label()).or_insert(0) += 1;
                 let detail = match &st {
-                    State::Done => String::new(),
+                    State::Done => exported
+                        .map(|r| format!("exported to {}", r.display()))
+                        .unwrap_or_default(),
                     State::Running(who) => who.clone(),
                     State::Pending { step } => {
                         if *step > 0 {

@@ -133,3 +133,16 @@ fn every_committed_answer_file_rescores_to_its_summary() {
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stdout).contains("1 mismatches"));
 }
+
+/// On a fresh clone the committed runs have no run directory; `lab sweep status` still counts
+/// them as done, and `lab sweep run` would skip them.
+#[test]
+fn exported_runs_are_done_without_their_run_directories() {
+    let tmp = fixture_copy();
+    for (spec, n) in [("depth.toml", 12), ("width.toml", 6)] {
+        let out = run_expect(lab(tmp.path()).args(["sweep", "status", spec]), 0);
+        let text = String::from_utf8_lossy(&out.stdout);
+        assert!(text.trim_end().ends_with(&format!(": {n} done")), "{text}");
+        assert!(text.contains("exported to"), "{text}");
+    }
+}
