@@ -49,20 +49,19 @@ pub fn gzip(bytes: &[u8]) -> Result<Vec<u8>> {
 pub fn export(results: &Path, meta: &Meta) -> Result<PathBuf> {
     let src = &meta.plan.dir;
     let stage = StagingDir::new(&run_dir(results, &meta.plan.run))?;
-    let copy = |name: &str| -> Result<()> {
-        let from = src.join(name);
+    // One file of the run, transformed, to its place in the export.
+    let put = |from: &str, to: &str, f: &dyn Fn(Vec<u8>) -> Result<Vec<u8>>| -> Result<()> {
+        let from = src.join(from);
         let bytes =
             std::fs::read(&from).with_context(|| format!("{}: cannot read", from.display()))?;
-        write_atomic(&stage.path().join(name), &bytes)
+        write_atomic(&stage.path().join(to), &f(bytes)?)
     };
-    copy("config.toml")?;
-    copy("metrics.jsonl")?;
+    let same = |b: Vec<u8>| Ok(b);
+    put("config.toml", "config.toml", &same)?;
+    put("metrics.jsonl", "metrics.jsonl", &same)?;
     // The final trainer state (steps, tokens, FLOPs, training seconds): what the run cost.
     if src.join(DONE).exists() {
-        let from = src.join(DONE);
-        let bytes =
-            std::fs::read(&from).with_context(|| format!("{}: cannot read", from.display()))?;
-        write_atomic(&stage.path().join("trainer_state.json"), &bytes)?;
+        put(DONE, "trainer_state.json", &same)?;
     }
     let eval = src.join("eval");
     std::fs::create_dir_all(stage.path().join("eval"))?;
@@ -75,16 +74,11 @@ pub fn export(results: &Path, meta: &Meta) -> Result<PathBuf> {
         .collect();
     names.sort();
     for n in names {
+        let from = format!("eval/{n}");
         if n.ends_with(".summary.json") {
-            copy(&format!("eval/{n}"))?;
+            put(&from, &from, &same)?;
         } else {
-            let from = eval.join(&n);
-            let bytes =
-                std::fs::read(&from).with_context(|| format!("{}: cannot read", from.display()))?;
-            write_atomic(
-                &stage.path().join("eval").join(format!("{n}.gz")),
-                &gzip(&bytes)?,
-            )?;
+            put(&from, &format!("{from}.gz"), &|b| gzip(&b))?;
         }
     }
     let mut m = meta.clone();

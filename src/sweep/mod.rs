@@ -155,6 +155,12 @@ impl Sweep {
             }
             let (n_tokens, tokens, mean_len, loss_tokens) = stats[&hash];
             let g = GptConfig::new(cfg, n_tokens);
+            // An epoch's FLOPs without the head; batches pad to their longest sequence, about
+            // 1.5 × the mean here.
+            let (epochs, body) = (
+                cfg.train.epochs as f64,
+                tokens * g.flops_per_token((1.5 * mean_len) as usize),
+            );
             let path = self.config_path(&p.name);
             write_atomic(&path, cfg.to_toml().as_bytes())?;
             rows.push(PlanRow {
@@ -166,13 +172,8 @@ impl Sweep {
                 n_head: cfg.model.n_head,
                 total_params: g.total_params(),
                 non_embedding_params: g.non_embedding_params(),
-                // Batches pad to their longest sequence: about 1.5 × the mean here.
-                est_flops: cfg.train.epochs as f64
-                    * tokens
-                    * g.flops_per_token((1.5 * mean_len) as usize),
-                est_flops_with_head: cfg.train.epochs as f64
-                    * (tokens * g.flops_per_token((1.5 * mean_len) as usize)
-                        + loss_tokens * g.head_flops_per_loss_token()),
+                est_flops: epochs * body,
+                est_flops_with_head: epochs * (body + loss_tokens * g.head_flops_per_loss_token()),
                 axes: p
                     .axes
                     .iter()
