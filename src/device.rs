@@ -65,7 +65,7 @@ const GPU_TF32_PEAKS: &[(&str, f64)] = &[
 ];
 
 /// The peak of `d`: `--peak` when given; on the CPU the measured rate of a 1024³ f32 matmul
-/// on this run's threads (best of 5); on CUDA the table above by `nvidia-smi`'s GPU name, or
+/// on this run's threads (best of 10 after 3 to warm the thread pool and the clock, ~0.1 s); on CUDA the table above by `nvidia-smi`'s GPU name, or
 /// None when the GPU is not in it (then MFU is not logged, and the log says to pass --peak).
 pub fn peak(d: &Device, given: Option<f64>) -> Option<Peak> {
     if let Some(f) = given {
@@ -79,12 +79,13 @@ pub fn peak(d: &Device, given: Option<f64>) -> Option<Peak> {
             let n = 1024;
             let a = vec![1.0f32; n * n];
             let mut c = vec![0f32; n * n];
-            let best = (0..5)
+            let best = (0..13)
                 .map(|_| {
                     let t = std::time::Instant::now();
                     crate::model::ops::sgemm(n, n, n, &mut c, false, &a, n, 1, &a, n, 1, true);
                     t.elapsed().as_secs_f64()
                 })
+                .skip(3)
                 .fold(f64::INFINITY, f64::min);
             Some(Peak {
                 flops: 2.0 * (n * n * n) as f64 / best,

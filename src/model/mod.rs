@@ -5,6 +5,7 @@
 pub mod fastmath;
 pub mod kv;
 pub mod ops;
+pub mod profile;
 
 use std::collections::HashMap;
 use std::path::Path;

@@ -6,7 +6,7 @@ use candle_core::{CpuStorage, CustomOp1, CustomOp3, DType, Layout, Result, Shape
 use gemm::{Parallelism, gemm};
 use rayon::prelude::*;
 
-use crate::model::fastmath;
+use crate::model::{fastmath, profile};
 
 /// LayerNorm epsilon (SPEC §5, as in HF GPT-2).
 pub const LN_EPS: f32 = 1e-5;
@@ -129,6 +129,7 @@ impl CustomOp3 for LayerNorm {
         bs: &CpuStorage,
         bl: &Layout,
     ) -> Result<(CpuStorage, Shape)> {
+        let _t = profile::span(self.name());
         let x = f32s(xs, xl, self.name())?;
         let w = f32s(ws, wl, self.name())?;
         let b = f32s(bs, bl, self.name())?;
@@ -178,6 +179,7 @@ impl CustomOp3 for LayerNormBwd {
         dys: &CpuStorage,
         dyl: &Layout,
     ) -> Result<(CpuStorage, Shape)> {
+        let _t = profile::span(self.name());
         let x = f32s(xs, xl, self.name())?;
         let w = f32s(ws, wl, self.name())?;
         let dy = f32s(dys, dyl, self.name())?;
@@ -282,6 +284,7 @@ impl CustomOp1 for CausalAttention {
     }
 
     fn cpu_fwd(&self, s: &CpuStorage, l: &Layout) -> Result<(CpuStorage, Shape)> {
+        let _t = profile::span(self.name());
         let qkv = f32s(s, l, self.name())?;
         let (n, e3) = l.shape().dims2()?;
         let e = e3 / 3;
@@ -347,6 +350,7 @@ impl candle_core::CustomOp2 for CausalAttentionBwd {
         ds: &CpuStorage,
         dl: &Layout,
     ) -> Result<(CpuStorage, Shape)> {
+        let _t = profile::span(self.name());
         let qkv = f32s(s, l, self.name())?;
         let dy = f32s(ds, dl, self.name())?;
         let (_, e3) = l.shape().dims2()?;
@@ -418,6 +422,7 @@ impl CustomOp1 for Gelu {
     }
 
     fn cpu_fwd(&self, s: &CpuStorage, l: &Layout) -> Result<(CpuStorage, Shape)> {
+        let _t = profile::span(self.name());
         let x = f32s(s, l, self.name())?;
         let mut y = vec![0f32; x.len()];
         y.par_chunks_mut(1 << 14)
@@ -449,6 +454,7 @@ impl candle_core::CustomOp2 for GeluBwd {
         ds: &CpuStorage,
         dl: &Layout,
     ) -> Result<(CpuStorage, Shape)> {
+        let _t = profile::span(self.name());
         let x = f32s(s, l, self.name())?;
         let dy = f32s(ds, dl, self.name())?;
         let mut dx = vec![0f32; x.len()];
@@ -489,6 +495,7 @@ impl CustomOp3 for Linear {
         bs: &CpuStorage,
         bl: &Layout,
     ) -> Result<(CpuStorage, Shape)> {
+        let _t = profile::span(self.name());
         let x = f32s(xs, xl, self.name())?;
         let w = f32s(ws, wl, self.name())?;
         let b = f32s(bs, bl, self.name())?;
@@ -537,6 +544,7 @@ impl CustomOp3 for LinearBwd {
         ds: &CpuStorage,
         dl: &Layout,
     ) -> Result<(CpuStorage, Shape)> {
+        let _t = profile::span(self.name());
         let x = f32s(xs, xl, self.name())?;
         let w = f32s(ws, wl, self.name())?;
         let dy = f32s(ds, dl, self.name())?;
@@ -616,6 +624,7 @@ impl CustomOp3 for HeadCrossEntropy {
         ts: &CpuStorage,
         tl: &Layout,
     ) -> Result<(CpuStorage, Shape)> {
+        let _t = profile::span(self.name());
         let x = f32s(xs, xl, self.name())?;
         let w = f32s(ws, wl, self.name())?;
         let tgt = u32s(ts, tl, self.name())?;
@@ -683,6 +692,7 @@ impl CustomOp3 for HeadCrossEntropyBwd {
         ts: &CpuStorage,
         tl: &Layout,
     ) -> Result<(CpuStorage, Shape)> {
+        let _t = profile::span(self.name());
         let x = f32s(xs, xl, self.name())?;
         let w = f32s(ws, wl, self.name())?;
         let tgt = u32s(ts, tl, self.name())?;

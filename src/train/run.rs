@@ -13,7 +13,7 @@ use serde::{Deserialize, Serialize};
 use crate::config::Config;
 use crate::dataset::{self, DataDir};
 use crate::fsutil::write_atomic;
-use crate::model::{Gpt, GptConfig, load_tensors, save_tensors};
+use crate::model::{Gpt, GptConfig, load_tensors, profile, save_tensors};
 use crate::progress;
 use crate::train::adamw::{AdamW, Hyper};
 use crate::train::batch::{self, Batch};
@@ -305,7 +305,9 @@ fn train_in(
     };
     let bar = progress::bar(total_steps, "train");
     bar.set_position(lp.state.step);
+    // This call's throughput: from the end of its first step (warm-up) to the end of its last.
     let (mut call_tokens, mut first_step_tokens, mut first_step_time) = (0u64, 0u64, None);
+    let mut last_step_end = Instant::now();
     // The log window: its loss sum and step count live in the trainer state (a resumed run
     // logs the same averages); its tokens and clock only time this process.
     // Model FLOPs (LM head counted) per second against the device's peak: MFU.
@@ -339,12 +341,18 @@ fn train_in(
             }
             let start = lp.state.batch as usize * b;
             let chunk = &parts[start..(start + b).min(parts.len())];
-            let batch = batch::make(&cache.train, chunk, vocab.dummy_id(), device)?;
             let t0 = Instant::now();
+            let batch = {
+                let _t = profile::span("step/batch");
+                batch::make(&cache.train, chunk, vocab.dummy_id(), device)?
+            };
             let lr = sched.lr(lp.state.step);
             let (loss, grads) = step(&lp, &batch)
                 .map_err(|e| anyhow::anyhow!("step {}: {e:#}", lp.state.step + 1))?;
-            let gnorm = lp.opt.step(&model.params, &grads, lr)?;
+            let gnorm = {
+                let _t = profile::span("step/optimizer");
+                lp.opt.step(&model.params, &grads, lr)?
+            };
             let s = &mut lp.state;
             s.step += 1;
             s.batch += 1;
@@ -353,6 +361,7 @@ fn train_in(
             s.tokens += batch.tokens as u64;
             s.seconds += t0.elapsed().as_secs_f64();
             call_tokens += batch.tokens as u64;
+            last_step_end = Instant::now();
             if first_step_time.is_none() {
                 first_step_time = Some(Instant::now());
                 first_step_tokens = call_tokens;
@@ -432,8 +441,14 @@ fn train_in(
         )?;
     }
     let tokens_per_s = first_step_time
-        .map(|t| (call_tokens - first_step_tokens) as f64 / t.elapsed().as_secs_f64().max(1e-9))
+        .map(|t| {
+            let secs = last_step_end.duration_since(t).as_secs_f64();
+            (call_tokens - first_step_tokens) as f64 / secs.max(1e-9)
+        })
         .unwrap_or(0.0);
+    if let Some(table) = profile::report() {
+        eprint!("{table}");
+    }
     Ok(Outcome {
         ending,
         run_dir: run_dir.clone(),
@@ -447,9 +462,11 @@ fn train_in(
 /// Forward and backward of one batch. A non-finite loss stops the run before any update, so
 /// the last checkpoint stays the last good state.
 fn step(lp: &Loop, batch: &Batch) -> Result<(f64, candle_core::backprop::GradStore)> {
+    let fwd = profile::span("step/forward");
     let h = lp.model.hidden(&batch.ids, &batch.pos, &batch.lens)?;
     let loss: Tensor = lp.model.loss(&h, &batch.rows, &batch.targets)?;
     let l = loss.to_scalar::<f32>()? as f64;
+    drop(fwd);
     if !l.is_finite() {
         bail!(
             "the training loss is {l} at epoch {}; stopping without an update. The last good checkpoint is kept in {} (lower train.lr?)",
@@ -457,5 +474,6 @@ fn step(lp: &Loop, batch: &Batch) -> Result<(f64, candle_core::backprop::GradSto
             lp.run_dir.display()
         );
     }
+    let _t = profile::span("step/backward");
     Ok((l, loss.backward()?))
 }
