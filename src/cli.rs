@@ -651,6 +651,9 @@ fn run_eval(run_dir: &Path, epoch: Option<u64>, sampling: &SampleArgs, device: &
         queries.len(),
         tokens as f64 / secs
     );
+    if let Some(table) = crate::model::profile::report() {
+        eprint!("{table}");
+    }
     Ok(())
 }
 

@@ -7,7 +7,7 @@ use rand::Rng;
 use rand_chacha::ChaCha8Rng;
 use rayon::prelude::*;
 
-use crate::model::{Gpt, fastmath};
+use crate::model::{Gpt, fastmath, profile};
 use crate::rng::{Purpose, stream};
 use crate::tokenizer::{EOS, PAD};
 
@@ -153,6 +153,7 @@ impl Decoder<'_> {
         }
         let n = prompts.len();
         let mut cache = model.kv_cache(pad, width + self.budget);
+        let prefill = profile::span("decode/prefill");
         let h = model.hidden_cached(
             &Tensor::from_vec(tok, (n, width), device)?,
             &Tensor::from_vec(pos, (n, width), device)?,
@@ -163,6 +164,7 @@ impl Decoder<'_> {
             .map(|r| (r / k as u32 + 1) * width as u32 - 1)
             .collect();
         let mut h = h.index_select(&Tensor::from_vec(last, n * k, device)?, 0)?;
+        drop(prefill);
         if k > 1 {
             cache.repeat_rows(k)?;
         }
@@ -202,6 +204,7 @@ impl Decoder<'_> {
                 .map(|&r| (prompts[r / k].len() + step) as u32)
                 .collect();
             cache.set_active(active.clone());
+            let _t = profile::span("decode/forward");
             h = model.hidden_cached(
                 &Tensor::from_vec(next, (a, 1), device)?,
                 &Tensor::from_vec(pos, (a, 1), device)?,
@@ -220,7 +223,11 @@ impl Decoder<'_> {
         rngs: &mut [ChaCha8Rng],
         logits: &mut Vec<f32>,
     ) -> Result<Vec<u32>> {
-        self.model.logits_into(h, logits)?;
+        {
+            let _t = profile::span("decode/head");
+            self.model.logits_into(h, logits)?;
+        }
+        let _t = profile::span("decode/choose");
         let v = self.model.cfg.vocab_size;
         let mut is_active = vec![false; rngs.len()];
         active.iter().for_each(|&r| is_active[r] = true);

@@ -583,8 +583,10 @@ pub fn linear(x: &Tensor, w: &Tensor, b: &Tensor) -> Result<Tensor> {
 
 // ---------------------------------------------------------------- LM head + cross-entropy
 
-/// Rows of the head computed at once: the logits of a chunk stay in cache.
-const HEAD_CHUNK: usize = 128;
+/// Rows of the head per gemm. Each gemm packs all of `wte`, and the softmax is kept for the
+/// backward anyway, so chunks are as large as a batch's loss rows: 128-row chunks cost model
+/// (b) a fifth of its head forward (measured with LAB_PROFILE, scripts/bench/train.sh).
+const HEAD_CHUNK: usize = 4096;
 
 /// mean over rows of −log softmax(x · wteᵀ)[target]. The forward keeps the softmax of each
 /// row for the backward, which then needs no second pass over the vocabulary.

@@ -1,5 +1,5 @@
-//! Where a training step's time goes, when `LAB_PROFILE` is set: wall time and calls of each
-//! fused kernel and of each phase of a step, summed over the process and printed as one table.
+//! Where the time of training steps or of decoding goes, when `LAB_PROFILE` is set: wall time
+//! and calls of each phase (`step/…`, `decode/…`) and of each kernel, printed as one table.
 
 use std::collections::BTreeMap;
 use std::sync::{LazyLock, Mutex};
@@ -26,9 +26,14 @@ impl Drop for Span {
     }
 }
 
-/// The table so far, phases (`step/…`) first, each kernel as a share of the step time; `None`
-/// when profiling is off. Kernels run inside the phases, so they do not add up to 100%: the
-/// rest of a phase is candle's own ops (embeddings, residual adds, gradient sums, copies).
+/// Phases have a `/` in their name and do not nest; kernels run inside them.
+fn is_phase(name: &str) -> bool {
+    name.contains('/')
+}
+
+/// The table so far, phases first, each row as a share of the phases' total; `None` when
+/// profiling is off. Kernels run inside the phases, so they do not add up to 100%: the rest
+/// of a phase is candle's own ops (embeddings, residual adds, gradient sums, copies).
 pub fn report() -> Option<String> {
     if !*ON {
         return None;
@@ -36,17 +41,17 @@ pub fn report() -> Option<String> {
     let table = TABLE.lock().unwrap_or_else(|e| e.into_inner());
     let total: f64 = table
         .iter()
-        .filter(|(k, _)| k.starts_with("step/"))
+        .filter(|(k, _)| is_phase(k))
         .map(|(_, v)| v.1)
         .sum();
     let mut rows: Vec<_> = table.iter().collect();
     rows.sort_by(|a, b| {
-        (!a.0.starts_with("step/"))
-            .cmp(&!b.0.starts_with("step/"))
+        (!is_phase(a.0))
+            .cmp(&!is_phase(b.0))
             .then(b.1.1.total_cmp(&a.1.1))
     });
     let mut out = format!(
-        "profile (LAB_PROFILE): {total:.3} s in steps\n  {:<24} {:>7} {:>9} {:>6}\n",
+        "profile (LAB_PROFILE): {total:.3} s in all phases\n  {:<24} {:>7} {:>9} {:>6}\n",
         "what", "calls", "seconds", "share"
     );
     for (name, (calls, secs)) in rows {
