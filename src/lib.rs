@@ -14,5 +14,6 @@ pub mod report;
 pub mod rng;
 pub mod search;
 pub mod sweep;
+pub mod tags;
 pub mod tokenizer;
 pub mod train;

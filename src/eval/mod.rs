@@ -19,6 +19,7 @@ use crate::dataset::evalset::EvalQuery;
 use crate::dataset::example::prompt;
 use crate::fsutil::write_atomic;
 use crate::model::Gpt;
+use crate::tags;
 use decode::{Decode, Decoder, Generated};
 use score::{Alphas, Scored};
 use summary::Summary;
@@ -273,37 +274,37 @@ pub fn write(stem: &Path, results: &[Answers], summary: &Summary) -> Result<Path
 }
 
 /// The figures of a summary under their metric names (`eval/creativity`, `eval/err/<type>`…).
-pub fn figures(prefix: &str, s: &Summary) -> Vec<(String, f64)> {
+pub fn figures(s: &Summary) -> Vec<(String, f64)> {
     let f = &s.figures;
     let mut out = vec![
-        (format!("{prefix}/creativity"), f.creativity),
-        (format!("{prefix}/utility"), f.utility),
+        (tags::CREATIVITY.to_string(), f.creativity),
+        (tags::UTILITY.to_string(), f.utility),
         (
-            format!("{prefix}/novelty_valid"),
+            tags::NOVELTY_VALID.to_string(),
             f.novelty_valid.unwrap_or(f64::NAN),
         ),
-        (format!("{prefix}/valid_rate"), f.valid_rate),
+        (tags::VALID_RATE.to_string(), f.valid_rate),
     ];
     for (k, v) in &f.errors {
-        out.push((format!("{prefix}/err/{k}"), *v as f64));
+        out.push((tags::err(k), *v as f64));
     }
     if let Some(set) = &s.set {
-        out.push((format!("{prefix}/set/score"), set.score));
-        out.push((format!("{prefix}/set/coverage"), set.coverage));
-        out.push((format!("{prefix}/set/distinct_valid"), set.distinct_valid));
-        out.push((format!("{prefix}/set/repeats"), set.repeats));
-        out.push((
-            format!("{prefix}/set/mean_distance"),
-            set.mean_distance.unwrap_or(f64::NAN),
-        ));
-        out.push((
-            format!("{prefix}/set/novelty_valid"),
-            set.novelty_valid.unwrap_or(f64::NAN),
-        ));
-        out.push((format!("{prefix}/set/valid_rate"), f.valid_rate));
-        out.push((format!("{prefix}/set/creativity"), f.creativity));
+        let mean_distance = set.mean_distance.unwrap_or(f64::NAN);
+        let novelty_valid = set.novelty_valid.unwrap_or(f64::NAN);
+        for (tag, v) in [
+            (tags::SET_SCORE, set.score),
+            (tags::SET_COVERAGE, set.coverage),
+            (tags::SET_DISTINCT_VALID, set.distinct_valid),
+            (tags::SET_REPEATS, set.repeats),
+            (tags::SET_MEAN_DISTANCE, mean_distance),
+            (tags::SET_NOVELTY_VALID, novelty_valid),
+            (tags::SET_VALID_RATE, f.valid_rate),
+            (tags::SET_CREATIVITY, f.creativity),
+        ] {
+            out.push((tag.to_string(), v));
+        }
         for (g, v) in &set.patience {
-            out.push((format!("{prefix}/set/patience_{g}"), *v));
+            out.push((tags::set_patience(g), *v));
         }
     }
     out
@@ -326,9 +327,9 @@ pub fn epoch(
         &results,
         &summary,
     )?;
-    let mut out = figures("eval", &summary);
+    let mut out = figures(&summary);
     if let Some(s) = Settings::sampled(cfg) {
-        // The sampled answers' set figures are logged under eval/set/*.
+        // The sampled answers' set figures are logged under tags::SET.
         let results = evaluate(model, data, &queries, &s)?;
         let summary = summarise(&results);
         write(
@@ -339,9 +340,9 @@ pub fn epoch(
             &summary,
         )?;
         out.extend(
-            figures("eval", &summary)
+            figures(&summary)
                 .into_iter()
-                .filter(|(k, _)| k.starts_with("eval/set/")),
+                .filter(|(k, _)| k.starts_with(tags::SET)),
         );
     }
     Ok(out)

@@ -8,6 +8,7 @@ use serde_json::{Value, json};
 
 use crate::report::Row;
 use crate::report::stats::{MeanCi, at_log_x, bootstrap_best, spearman};
+use crate::tags;
 
 /// Bootstrap resamples per test.
 const BOOT: usize = 10_000;
@@ -99,7 +100,7 @@ pub fn at_common_compute(rows: &[&Row], key: &str, axis: &str) -> (f64, BTreeMap
     for v in c.values() {
         let pts: Vec<(f64, f64)> = v
             .iter()
-            .filter_map(|(f, r)| r.num("eval/creativity").map(|x| (*f, x)))
+            .filter_map(|(f, r)| r.num(tags::CREATIVITY).map(|x| (*f, x)))
             .collect();
         if let (Some(x), Some(k)) = (at_log_x(&pts, common), v[0].1.num(key)) {
             out.entry(k.to_bits()).or_default().push(x);
@@ -145,13 +146,13 @@ fn compute(depth: &[Group]) -> Finding {
                 .values()
                 .filter(|v| v.len() >= 2)
                 .filter_map(|v| {
-                    Some(v.last()?.1.num("eval/creativity")? - v[0].1.num("eval/creativity")?)
+                    Some(v.last()?.1.num(tags::CREATIVITY)? - v[0].1.num(tags::CREATIVITY)?)
                 })
                 .collect();
             let (fx, cy): (Vec<f64>, Vec<f64>) = c
                 .values()
                 .flatten()
-                .filter_map(|(f, r)| Some((f.ln(), r.num("eval/creativity")?)))
+                .filter_map(|(f, r)| Some((f.ln(), r.num(tags::CREATIVITY)?)))
                 .unzip();
             let m = MeanCi::of(&gains);
             let rho = spearman(&fx, &cy);
@@ -361,10 +362,7 @@ fn tradeoff(depth: &[Group]) -> Finding {
             .iter()
             .filter_map(|r| {
                 let pts: Vec<(f64, f64)> = (0..16)
-                    .filter_map(|c| {
-                        r.num(&format!("novelty_pooled/c{c}"))
-                            .map(|v| (c as f64, v))
-                    })
+                    .filter_map(|c| r.num(&tags::novelty_pooled(c)).map(|v| (c as f64, v)))
                     .collect();
                 if pts.len() < 2 {
                     return None;
@@ -419,8 +417,8 @@ fn errors(depth: &[Group]) -> Finding {
             .iter()
             .filter_map(|r| {
                 Some(
-                    ((r.num("rollup/hallucination")? + 1.0)
-                        / (r.num("rollup/invalid_path")? + 1.0))
+                    ((r.num(tags::ROLLUP_HALLUCINATION)? + 1.0)
+                        / (r.num(tags::ROLLUP_INVALID_PATH)? + 1.0))
                         .ln(),
                 )
             })

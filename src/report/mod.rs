@@ -12,6 +12,7 @@ use std::path::{Path, PathBuf};
 use anyhow::{Context, Result, bail};
 
 use crate::fsutil::write_atomic;
+use crate::tags;
 use findings::FLOPS;
 use plot::{Figure, Heat, Series, render};
 use stats::MeanCi;
@@ -249,7 +250,7 @@ pub fn write(input: &Path, out: Option<&Path>) -> Result<PathBuf> {
                 continue;
             }
             for best_head in [false, true] {
-                let (heat, data) = flops_heatmap(&in_b, field, "eval/creativity", best_head);
+                let (heat, data) = flops_heatmap(&in_b, field, tags::CREATIVITY, best_head);
                 let (tag, how) = if best_head {
                     ("_best_head", "best head count")
                 } else {
@@ -330,7 +331,7 @@ pub fn write(input: &Path, out: Option<&Path>) -> Result<PathBuf> {
             let v: Vec<f64> = finals
                 .iter()
                 .filter(|r| r.get("bucket") == b)
-                .filter_map(|r| r.num(&format!("novelty_pooled/c{c}")))
+                .filter_map(|r| r.num(&tags::novelty_pooled(c)))
                 .collect();
             if !v.is_empty() {
                 let m = MeanCi::of(&v);
@@ -360,13 +361,13 @@ pub fn write(input: &Path, out: Option<&Path>) -> Result<PathBuf> {
     let _ = writeln!(w.md, "## Error types (Figure 5)\n");
     for (prefix, stem, what, log) in [
         (
-            "eval/err/",
+            tags::ERR,
             "errors",
             "Error types (mean count per run)",
             true,
         ),
         (
-            "rollup/",
+            tags::ROLLUP,
             "errors_rollup",
             "Hallucination against invalid path (mean count per run, 95% CI)",
             false,
@@ -435,7 +436,7 @@ pub fn write(input: &Path, out: Option<&Path>) -> Result<PathBuf> {
         let mut series: BTreeMap<u64, Series> = BTreeMap::new();
         for ((l, e), v) in by {
             let f: Vec<f64> = v.iter().filter_map(|r| r.num(FLOPS)).collect();
-            let c: Vec<f64> = v.iter().filter_map(|r| r.num("eval/creativity")).collect();
+            let c: Vec<f64> = v.iter().filter_map(|r| r.num(tags::CREATIVITY)).collect();
             let (fm, m) = (MeanCi::of(&f).mean, MeanCi::of(&c));
             let _ = writeln!(
                 data,
@@ -469,18 +470,18 @@ pub fn write(input: &Path, out: Option<&Path>) -> Result<PathBuf> {
         &mut w,
         &rows,
         &all_buckets,
-        "eval/creativity",
+        tags::CREATIVITY,
         "creativity C",
         "creativity_flops",
     )?;
 
-    if rows.iter().any(|r| r.num("eval/set/score").is_some()) {
+    if rows.iter().any(|r| r.num(tags::SET_SCORE).is_some()) {
         let _ = writeln!(w.md, "## Sets of sampled answers (SPEC §7)\n");
         against_flops(
             &mut w,
             &rows,
             &all_buckets,
-            "eval/set/score",
+            tags::SET_SCORE,
             "set score s(S)",
             "set_score_flops",
         )?;
@@ -488,7 +489,7 @@ pub fn write(input: &Path, out: Option<&Path>) -> Result<PathBuf> {
             &mut w,
             &rows,
             &all_buckets,
-            "eval/set/coverage",
+            tags::SET_COVERAGE,
             "coverage of the valid paths",
             "coverage_flops",
         )?;
@@ -498,7 +499,7 @@ pub fn write(input: &Path, out: Option<&Path>) -> Result<PathBuf> {
             let mut pts = Vec::new();
             for r in finals.iter().filter(|r| r.get("bucket") == b) {
                 if let (Some(c), Some(n)) =
-                    (r.num("eval/set/coverage"), r.num("eval/set/novelty_valid"))
+                    (r.num(tags::SET_COVERAGE), r.num(tags::SET_NOVELTY_VALID))
                 {
                     let _ = writeln!(data, "{b},{},{c},{n}", r.get("run"));
                     pts.push((c, n));
@@ -588,9 +589,9 @@ fn objectives(w: &mut Writer, finals: &[&Row]) -> Result<()> {
     let mut data = String::from("setting,metric,mean,std,runs\n");
     let (mut series, mut spread) = (Vec::new(), Vec::new());
     for (col, name) in [
-        ("eval/creativity", "greedy creativity C"),
-        ("eval/set/score", "set score s(S)"),
-        ("eval/set/coverage", "coverage x 100"),
+        (tags::CREATIVITY, "greedy creativity C"),
+        (tags::SET_SCORE, "set score s(S)"),
+        (tags::SET_COVERAGE, "coverage x 100"),
     ] {
         let scale = if col.ends_with("coverage") {
             100.0

@@ -11,6 +11,7 @@ use crate::config::Config;
 use crate::eval::summary::{Cell, Summary};
 use crate::fsutil::write_atomic;
 use crate::sweep::{PlanRow, State, Sweep, export, squeue_jobs, state};
+use crate::tags;
 use crate::train::metrics;
 
 /// A parameter count as a short label, one significant digit: 786432 → "800k",
@@ -103,7 +104,7 @@ fn novelty_pooled_by_constraints(s: &Summary) -> Vec<(u32, f64)> {
 fn records(sweep: &str, bucket: &str, row: &PlanRow, cfg: &Config) -> Result<Vec<Record>> {
     let lines = metrics::read_lines(&row.dir)?;
     let mut out = Vec::new();
-    for line in lines.into_iter().filter(|l| l.contains_key("val/loss")) {
+    for line in lines.into_iter().filter(|l| l.contains_key(tags::VAL_LOSS)) {
         let epoch = line.get("epoch").and_then(Value::as_u64).unwrap_or(0);
         let mut r: Record = vec![
             ("sweep".into(), sweep.into()),
@@ -144,13 +145,13 @@ fn records(sweep: &str, bucket: &str, row: &PlanRow, cfg: &Config) -> Result<Vec
             && let Ok(s) = serde_json::from_str::<Summary>(&text)
         {
             for (k, v) in &s.figures.rollup {
-                r.push((format!("rollup/{k}"), (*v).into()));
+                r.push((tags::rollup(k), (*v).into()));
             }
             for (c, v) in novelty_norm_by_constraints(&s) {
-                r.push((format!("novelty_norm/c{c}"), v.into()));
+                r.push((tags::novelty_norm(c), v.into()));
             }
             for (c, v) in novelty_pooled_by_constraints(&s) {
-                r.push((format!("novelty_pooled/c{c}"), v.into()));
+                r.push((tags::novelty_pooled(c), v.into()));
             }
         }
         out.push(r);

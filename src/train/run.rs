@@ -15,6 +15,7 @@ use crate::dataset::{self, DataDir};
 use crate::fsutil::write_atomic;
 use crate::model::{Gpt, GptConfig, load_tensors, profile, save_tensors};
 use crate::progress;
+use crate::tags;
 use crate::train::adamw::{AdamW, Hyper};
 use crate::train::batch::{self, Batch};
 use crate::train::checkpoint::{self, MODEL, OPTIMIZER, TrainerState};
@@ -374,14 +375,14 @@ fn train_in(
                 let mean = s.window_loss / s.window_steps.max(1) as f64;
                 let rate = (model_flops(s) - window.2) / secs;
                 let mut figures = vec![
-                    ("train/loss".to_string(), mean),
-                    ("train/lr".to_string(), lr),
-                    ("train/grad_norm".to_string(), gnorm),
-                    ("train/tokens_per_s".to_string(), window.0 as f64 / secs),
-                    ("train/flops_per_s".to_string(), rate),
+                    (tags::TRAIN_LOSS.to_string(), mean),
+                    (tags::TRAIN_LR.to_string(), lr),
+                    (tags::TRAIN_GRAD_NORM.to_string(), gnorm),
+                    (tags::TRAIN_TOKENS_PER_S.to_string(), window.0 as f64 / secs),
+                    (tags::TRAIN_FLOPS_PER_S.to_string(), rate),
                 ];
                 if let Some(p) = &peak {
-                    figures.push(("train/mfu".to_string(), rate / p.flops));
+                    figures.push((tags::TRAIN_MFU.to_string(), rate / p.flops));
                 }
                 bar.set_message(format!(
                     "ep {} loss {:.4} lr {lr:.2e} {:.0} tok/s",
@@ -411,13 +412,13 @@ fn train_in(
         }
         let v = validation_loss(&model, &cache.val, b, &[])?;
         val_loss = Some(v);
-        let mut figures = vec![("val/loss".to_string(), v)];
+        let mut figures = vec![(tags::VAL_LOSS.to_string(), v)];
         if cfg.train.hash_prefix > 0 {
             // A hash-conditioned model never sees a sequence without a prefix: also its loss
             // after the prefix its greedy evaluation gives each query.
             let prefixes = crate::eval::greedy_prefixes(cfg, data)?;
             figures.push((
-                "val/loss_hash".to_string(),
+                tags::VAL_LOSS_HASH.to_string(),
                 validation_loss(&model, &cache.val, b, &prefixes)?,
             ));
         }

@@ -146,3 +146,64 @@ fn exported_runs_are_done_without_their_run_directories() {
         assert!(text.contains("exported to"), "{text}");
     }
 }
+
+/// Every figure the report and collect read (`lab::tags`) is one a real run writes: the greedy
+/// figures and collect's derived columns in the fixture's results.csv (made from real runs, and
+/// regenerated above), the set figures and the training figures in a fresh run's metrics.
+#[test]
+fn every_tag_the_report_reads_is_one_a_run_writes() {
+    use lab::tags;
+    let csv = std::fs::read_to_string(root().join("tests/fixtures/study/results.csv")).unwrap();
+    let columns: Vec<&str> = csv.lines().next().unwrap().split(',').collect();
+    for tag in [
+        tags::CREATIVITY,
+        tags::UTILITY,
+        tags::NOVELTY_VALID,
+        tags::VALID_RATE,
+        tags::VAL_LOSS,
+        tags::ROLLUP_HALLUCINATION,
+        tags::ROLLUP_INVALID_PATH,
+        &tags::rollup("format"),
+        &tags::err("hallucinated_node"),
+        &tags::err("wrong_end"),
+        &tags::novelty_norm(1),
+        &tags::novelty_pooled(1),
+    ] {
+        assert!(columns.contains(&tag), "{tag} is not a results.csv column");
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let text =
+        crate::train_cli::MICRO.replace("epochs = 2", "epochs = 1") + "[eval]\nsamples = 2\n";
+    let cfg = crate::util::write_config(tmp.path(), "micro.toml", &text);
+    run_expect(
+        lab(tmp.path()).args(["train", "--config", cfg.to_str().unwrap(), "--out", "run"]),
+        0,
+    );
+    let text = std::fs::read_to_string(tmp.path().join("run/metrics.jsonl")).unwrap();
+    let lines: Vec<Value> = text
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let written = |tag: &str| lines.iter().any(|m| m.get(tag).is_some());
+    for tag in [
+        tags::TRAIN_LOSS,
+        tags::TRAIN_LR,
+        tags::TRAIN_GRAD_NORM,
+        tags::TRAIN_TOKENS_PER_S,
+        tags::TRAIN_FLOPS_PER_S,
+        tags::TRAIN_MFU,
+        tags::VAL_LOSS,
+        tags::CREATIVITY,
+        tags::SET_SCORE,
+        tags::SET_COVERAGE,
+        tags::SET_DISTINCT_VALID,
+        tags::SET_REPEATS,
+        tags::SET_MEAN_DISTANCE,
+        tags::SET_NOVELTY_VALID,
+        tags::SET_VALID_RATE,
+        tags::SET_CREATIVITY,
+        &tags::set_patience("0.9"),
+    ] {
+        assert!(written(tag), "{tag} is in no line of metrics.jsonl");
+    }
+}

@@ -1,0 +1,58 @@
+//! The names of the figures a run logs (TensorBoard tags, `metrics.jsonl` keys) and of the
+//! columns `lab sweep collect` derives from them: train and eval write, collect and report read.
+
+pub const TRAIN_LOSS: &str = "train/loss";
+pub const TRAIN_LR: &str = "train/lr";
+pub const TRAIN_GRAD_NORM: &str = "train/grad_norm";
+pub const TRAIN_TOKENS_PER_S: &str = "train/tokens_per_s";
+pub const TRAIN_FLOPS_PER_S: &str = "train/flops_per_s";
+pub const TRAIN_MFU: &str = "train/mfu";
+/// Logged at every evaluated epoch: the key that marks an eval line of `metrics.jsonl`.
+pub const VAL_LOSS: &str = "val/loss";
+pub const VAL_LOSS_HASH: &str = "val/loss_hash";
+
+/// Greedy evaluation of the eval set.
+pub const CREATIVITY: &str = "eval/creativity";
+pub const UTILITY: &str = "eval/utility";
+pub const NOVELTY_VALID: &str = "eval/novelty_valid";
+pub const VALID_RATE: &str = "eval/valid_rate";
+/// Mean count of one error type per answer: `eval/err/<type>`.
+pub const ERR: &str = "eval/err/";
+
+/// Set figures of the sampled answers: `eval/set/<figure>`.
+pub const SET: &str = "eval/set/";
+pub const SET_SCORE: &str = "eval/set/score";
+pub const SET_COVERAGE: &str = "eval/set/coverage";
+pub const SET_DISTINCT_VALID: &str = "eval/set/distinct_valid";
+pub const SET_REPEATS: &str = "eval/set/repeats";
+pub const SET_MEAN_DISTANCE: &str = "eval/set/mean_distance";
+pub const SET_NOVELTY_VALID: &str = "eval/set/novelty_valid";
+pub const SET_VALID_RATE: &str = "eval/set/valid_rate";
+pub const SET_CREATIVITY: &str = "eval/set/creativity";
+
+/// Columns of `results.csv` that collect derives from an epoch's summary.
+pub const ROLLUP: &str = "rollup/";
+pub const ROLLUP_HALLUCINATION: &str = "rollup/hallucination";
+pub const ROLLUP_INVALID_PATH: &str = "rollup/invalid_path";
+
+pub fn err(kind: &str) -> String {
+    format!("{ERR}{kind}")
+}
+
+pub fn set_patience(gamma: &str) -> String {
+    format!("{SET}patience_{gamma}")
+}
+
+pub fn rollup(category: &str) -> String {
+    format!("{ROLLUP}{category}")
+}
+
+/// Novelty normalized per hop count, unweighted mean over hops, at `c` constraints.
+pub fn novelty_norm(c: u32) -> String {
+    format!("novelty_norm/c{c}")
+}
+
+/// Novelty normalized and pooled over all valid answers at `c` constraints.
+pub fn novelty_pooled(c: u32) -> String {
+    format!("novelty_pooled/c{c}")
+}
