@@ -159,8 +159,8 @@ pub enum SweepCommand {
         /// Override a value of every run, after the spec's [set] (repeatable).
         #[arg(long = "set", value_name = "KEY=VALUE")]
         set: Vec<String>,
-        #[arg(long, value_parser = ["local", "slurm"])]
-        backend: String,
+        #[arg(long, value_enum)]
+        backend: Backend,
         /// Local backend: runs at a time (the cores are shared among them).
         #[arg(long, default_value_t = 1)]
         jobs: usize,
@@ -244,15 +244,31 @@ pub struct WeightArgs {
     coverage_k: Option<u32>,
 }
 
+/// How `lab eval` and `lab query` choose each next token.
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum DecodeMode {
+    Greedy,
+    Sample,
+}
+
+/// Where `lab sweep run` runs a sweep's runs.
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Backend {
+    /// On this machine, `--jobs` at a time.
+    Local,
+    /// As a Slurm job array, with a collect job after it.
+    Slurm,
+}
+
 /// Sampling flags shared by `lab eval` and `lab query`.
 #[derive(clap::Args, Debug, Clone)]
 pub struct SampleArgs {
     /// Answers per query; more than one decodes by sampling.
     #[arg(long, default_value_t = 1)]
     samples: usize,
-    /// greedy or sample [default: greedy for one answer, sample for several].
-    #[arg(long, value_parser = ["greedy", "sample"])]
-    decode: Option<String>,
+    /// [default: greedy for one answer, sample for several].
+    #[arg(long, value_enum)]
+    decode: Option<DecodeMode>,
     #[arg(long, default_value_t = 1.0)]
     temperature: f64,
     /// Keep the k most likely tokens (0: all).
@@ -292,8 +308,8 @@ impl SampleArgs {
         s.gamma = self.gamma;
         s.coverage_k = self.coverage_k;
         // Several answers from a hash-conditioned model: greedy, each after its own prefix.
-        let sample = match self.decode.as_deref() {
-            Some(d) => d == "sample",
+        let sample = match self.decode {
+            Some(d) => d == DecodeMode::Sample,
             None => self.samples > 1 && s.hash_prefix == 0,
         };
         if sample {
@@ -462,11 +478,11 @@ fn run_sweep(cmd: SweepCommand) -> Result<ExitCode> {
                 dry_run,
                 overrides: set,
             };
-            if backend == "slurm" {
+            if backend == Backend::Slurm {
                 o.validate()?;
             }
             let plan = s.plan()?;
-            if backend == "local" {
+            if backend == Backend::Local {
                 let todo = s.pending(&plan);
                 let t = sweep::local::run(&todo, jobs, threads, &o.device, &|row| s.export(row))?;
                 println!(

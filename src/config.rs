@@ -200,6 +200,37 @@ pub struct TrainConfig {
     /// fresh per example and epoch; evaluation gives each query (and sample) a fresh prefix.
     /// 0 turns it off; their code uses 10.
     pub hash_prefix: u32,
+    /// The matmuls' input precision. Unset: bf16 on CUDA, fp32 on the CPU (`resolve`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub precision: Option<Precision>,
+}
+
+/// `fp32`: everything in f32 (TF32 matmuls on CUDA). `bf16`: mixed precision, as PyTorch's
+/// autocast: matmul inputs in bf16 with f32 accumulation; master weights, optimizer state,
+/// LayerNorm, softmax and loss in f32.
+#[derive(Clone, Copy, Debug, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "lowercase")]
+pub enum Precision {
+    Fp32,
+    Bf16,
+}
+
+impl Precision {
+    pub fn name(self) -> &'static str {
+        match self {
+            Precision::Fp32 => "fp32",
+            Precision::Bf16 => "bf16",
+        }
+    }
+
+    /// `train.precision` when set, else bf16 on CUDA and fp32 on the CPU.
+    pub fn resolve(set: Option<Precision>, device: &candle_core::Device) -> Precision {
+        set.unwrap_or(if device.is_cuda() {
+            Precision::Bf16
+        } else {
+            Precision::Fp32
+        })
+    }
 }
 
 #[derive(Clone, Copy, Debug, Serialize, Deserialize, PartialEq, Eq)]
@@ -228,6 +259,7 @@ impl Default for TrainConfig {
             objective: Objective::Ntp,
             teacherless_fraction: 0.5,
             hash_prefix: 0,
+            precision: None,
         }
     }
 }

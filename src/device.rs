@@ -4,6 +4,8 @@
 use anyhow::{Result, bail};
 use candle_core::Device;
 
+use crate::config::Precision;
+
 /// Resolve a `--device` value.
 pub fn parse(spec: &str) -> Result<Device> {
     match spec {
@@ -54,8 +56,8 @@ pub struct Peak {
     pub source: String,
 }
 
-/// Dense peaks of known GPUs for the precision the lab trains in on CUDA (f32 matmuls on TF32
-/// tensor cores), from the vendors' data sheets (SXM parts); bf16 is twice these.
+/// Dense peaks of known GPUs for f32 matmuls on TF32 tensor cores, from the vendors' data
+/// sheets (SXM parts); bf16 is twice these (H100/H200 989 TFLOP/s, A100 312).
 const GPU_TF32_PEAKS: &[(&str, f64)] = &[
     ("H200", 494e12),
     ("H100", 494e12),
@@ -65,9 +67,10 @@ const GPU_TF32_PEAKS: &[(&str, f64)] = &[
 ];
 
 /// The peak of `d`: `--peak` when given; on the CPU the measured rate of a 1024³ f32 matmul
-/// on this run's threads (best of 10 after 3 to warm the thread pool and the clock, ~0.1 s); on CUDA the table above by `nvidia-smi`'s GPU name, or
+/// on this run's threads (best of 10 after 3 to warm the thread pool and the clock, ~0.1 s;
+/// the CPU's bf16 runs through candle's generic gemm, so the f32 peak is the honest bound); on CUDA the table above by `nvidia-smi`'s GPU name, or
 /// None when the GPU is not in it (then MFU is not logged, and the log says to pass --peak).
-pub fn peak(d: &Device, given: Option<f64>) -> Option<Peak> {
+pub fn peak(d: &Device, given: Option<f64>, precision: Precision) -> Option<Peak> {
     if let Some(f) = given {
         return Some(Peak {
             flops: f,
@@ -104,12 +107,16 @@ pub fn peak(d: &Device, given: Option<f64>) -> Option<Peak> {
                 .lines()
                 .next()?
                 .to_string();
+            let (times, kind) = match precision {
+                Precision::Fp32 => (1.0, "TF32"),
+                Precision::Bf16 => (2.0, "bf16"),
+            };
             GPU_TF32_PEAKS
                 .iter()
                 .find(|(k, _)| name.contains(k))
                 .map(|&(k, f)| Peak {
-                    flops: f,
-                    source: format!("{k} TF32 dense, data sheet ({name})"),
+                    flops: f * times,
+                    source: format!("{k} {kind} dense, data sheet ({name})"),
                 })
         }
     }

@@ -53,7 +53,7 @@ train() { # NAME CONFIG STEPS
   LAB_PROFILE=1 $lab train --config "$cfg" --device cpu --max-steps "$steps" --out "$out/$name" \
     >"$log" 2>&1 || { cat "$log" >&2; exit 1; }
   tps[$name]=$(grep 'throughput:' "$log" | num 'throughput:')
-  peak[$name]=$(grep '^MFU against' "$log" | num 'against')
+  peak[$name]=$(grep 'MFU against' "$log" | num 'against')
   local st=$out/$name/trainer_state.json
   # Model FLOPs per token (LM head at the loss positions counted), over the same batches.
   flops[$name]=$(python3 -c "import json,sys; s=json.load(open(sys.argv[1])); \

@@ -393,7 +393,11 @@ impl Run {
                 (ckpt.join(checkpoint::MODEL), checkpoint::tag(&state))
             }
         };
-        let model = Gpt::load(info.model, &path, device)?;
+        let mut model = Gpt::load(info.model, &path, device)?;
+        model.set_precision(crate::config::Precision::resolve(
+            cfg.train.precision,
+            device,
+        ));
         Ok(Run {
             dir: dir.to_path_buf(),
             cfg,

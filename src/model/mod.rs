@@ -15,7 +15,7 @@ use candle_core::{D, DType, Device, Result, Tensor, Var};
 use rand_distr::{Distribution, StandardNormal};
 use serde::{Deserialize, Serialize};
 
-use crate::config::Config;
+use crate::config::{Config, Precision};
 use crate::fsutil::write_atomic;
 use crate::rng::{Purpose, stream};
 use crate::tokenizer::{EOS, PAD};
@@ -215,6 +215,8 @@ struct Block {
 pub struct Gpt {
     pub cfg: GptConfig,
     pub kernels: Kernels,
+    /// The dtype matmul inputs are cast to: F32, or BF16 for mixed precision (`set_precision`).
+    matmul_dtype: DType,
     /// Every parameter with its HF name, in HF order.
     pub params: Vec<(String, Var)>,
     wte: Tensor,
@@ -294,6 +296,7 @@ impl Gpt {
         Ok(Gpt {
             cfg,
             kernels: Kernels::for_device(device),
+            matmul_dtype: DType::F32,
             params,
             wte,
             wpe,
@@ -327,6 +330,30 @@ impl Gpt {
         self.wte.device()
     }
 
+    /// Train and decode in `p`. bf16 runs on the composed kernels (the fused CPU kernels are
+    /// f32 only); the parameters stay f32 either way.
+    pub fn set_precision(&mut self, p: Precision) {
+        match p {
+            Precision::Fp32 => {
+                self.matmul_dtype = DType::F32;
+                self.kernels = Kernels::for_device(self.device());
+            }
+            Precision::Bf16 => {
+                self.matmul_dtype = DType::BF16;
+                self.kernels = Kernels::Composed;
+            }
+        }
+    }
+
+    /// a · b with both inputs in the matmul dtype and the product back in f32.
+    fn mm(&self, a: &Tensor, b: &Tensor) -> Result<Tensor> {
+        if self.matmul_dtype == DType::F32 {
+            return a.matmul(b);
+        }
+        let d = self.matmul_dtype;
+        a.to_dtype(d)?.matmul(&b.to_dtype(d)?)?.to_dtype(DType::F32)
+    }
+
     fn layer_norm(&self, x: &Tensor, (w, b): &(Tensor, Tensor)) -> Result<Tensor> {
         match self.kernels {
             Kernels::Fused => ops::layer_norm(x, w, b),
@@ -344,7 +371,7 @@ impl Gpt {
     fn linear(&self, x: &Tensor, (w, b): &(Tensor, Tensor)) -> Result<Tensor> {
         match self.kernels {
             Kernels::Fused => ops::linear(x, w, b),
-            Kernels::Composed => x.matmul(w)?.broadcast_add(b),
+            Kernels::Composed => self.mm(x, w)?.broadcast_add(b),
         }
     }
 
@@ -412,7 +439,7 @@ impl Gpt {
         }
         let total = past + t;
         let scale = 1.0 / (hd as f64).sqrt();
-        let mut att = (q.matmul(&k.t()?)? * scale)?;
+        let mut att = (self.mm(&q, &k.t()?)? * scale)?;
         if t > 1 {
             let mask: Vec<f32> = (0..t)
                 .flat_map(|i| {
@@ -427,7 +454,7 @@ impl Gpt {
             att = att.broadcast_add(&kb.reshape((b, 1, 1, total))?)?;
         }
         let p = candle_nn::ops::softmax(&att, D::Minus1)?;
-        p.matmul(&v)?.transpose(1, 2)?.reshape((b, t, e))
+        self.mm(&p, &v)?.transpose(1, 2)?.reshape((b, t, e))
     }
 
     /// The transformer on token rows (N,) at positions (N,): embeddings, blocks, `ln_f`.
@@ -473,7 +500,7 @@ impl Gpt {
         match self.kernels {
             Kernels::Fused => ops::head_cross_entropy(&sel, &self.wte, targets),
             Kernels::Composed => {
-                let logits = sel.matmul(&self.wte.t()?)?;
+                let logits = self.mm(&sel, &self.wte.t()?)?;
                 let logp = candle_nn::ops::log_softmax(&logits, D::Minus1)?;
                 let picked = logp.gather(&targets.unsqueeze(1)?, 1)?;
                 picked.mean_all()?.neg()
@@ -483,7 +510,7 @@ impl Gpt {
 
     /// Logits (n, vocab) of selected hidden rows: the head at the positions that decode.
     pub fn logits(&self, hidden_rows: &Tensor) -> Result<Tensor> {
-        hidden_rows.matmul(&self.wte.t()?)
+        self.mm(hidden_rows, &self.wte.t()?)
     }
 
     /// The same logits, row after row, into a buffer reused across decoding steps (on the
@@ -491,7 +518,7 @@ impl Gpt {
     pub fn logits_into(&self, hidden_rows: &Tensor, out: &mut Vec<f32>) -> Result<()> {
         let (n, e) = hidden_rows.dims2()?;
         let v = self.cfg.vocab_size;
-        if self.device().is_cpu() {
+        if self.kernels == Kernels::Fused {
             let h = hidden_rows.contiguous()?;
             out.resize(n * v, 0.0);
             return ops::with_host_f32(&h, |h| {

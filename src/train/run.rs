@@ -10,7 +10,7 @@ use anyhow::{Context, Result, bail};
 use candle_core::{Device, Tensor};
 use serde::{Deserialize, Serialize};
 
-use crate::config::Config;
+use crate::config::{Config, Precision};
 use crate::dataset::{self, DataDir};
 use crate::fsutil::write_atomic;
 use crate::model::{Gpt, GptConfig, load_tensors, profile, save_tensors};
@@ -234,7 +234,8 @@ fn train_in(
         total_steps,
     };
     let device = &opts.device;
-    let (model, mut opt, state) = if opts.resume {
+    let precision = Precision::resolve(cfg.train.precision, device);
+    let (mut model, mut opt, state) = if opts.resume {
         let (dir, state) = checkpoint::latest(&run_dir)?;
         if state.run_hash != cfg.run_hash() {
             bail!("{}: checkpoint of a different config", run_dir.display());
@@ -289,6 +290,7 @@ fn train_in(
             info,
         });
     }
+    model.set_precision(precision);
     let metrics = Metrics::open(&run_dir, opts.resume.then_some(state.step))?;
     let stop = stop_flag()?;
     let sched = Schedule::new(
@@ -312,9 +314,14 @@ fn train_in(
     // The log window: its loss sum and step count live in the trainer state (a resumed run
     // logs the same averages); its tokens and clock only time this process.
     // Model FLOPs (LM head counted) per second against the device's peak: MFU.
-    let peak = crate::device::peak(&opts.device, opts.peak);
+    let peak = crate::device::peak(&opts.device, opts.peak, precision);
     match &peak {
-        Some(p) => eprintln!("MFU against {:.3e} FLOP/s ({})", p.flops, p.source),
+        Some(p) => eprintln!(
+            "{} matmuls; MFU against {:.3e} FLOP/s ({})",
+            precision.name(),
+            p.flops,
+            p.source
+        ),
         None => eprintln!("MFU not logged: no known peak for this device; pass --peak FLOPS"),
     }
     let model_flops = |s: &TrainerState| s.flops + s.flops_head;
