@@ -200,6 +200,11 @@ pub struct TrainConfig {
     /// fresh per example and epoch; evaluation gives each query (and sample) a fresh prefix.
     /// 0 turns it off; their code uses 10.
     pub hash_prefix: u32,
+    /// Sequences per forward and backward, when fewer than `batch_size` fit in memory: the
+    /// batch is split and the gradients summed, weighted by loss tokens, so the optimizer
+    /// still steps on `batch_size` sequences (gradient accumulation). Unset: the whole batch.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub micro_batch: Option<u32>,
     /// The matmuls' input precision. Unset: bf16 on CUDA, fp32 on the CPU (`resolve`).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub precision: Option<Precision>,
@@ -259,6 +264,7 @@ impl Default for TrainConfig {
             objective: Objective::Ntp,
             teacherless_fraction: 0.5,
             hash_prefix: 0,
+            micro_batch: None,
             precision: None,
         }
     }
@@ -610,6 +616,9 @@ impl Config {
         }
         if t.batch_size == 0 {
             return err("train.batch_size", "must be at least 1".to_string());
+        }
+        if t.micro_batch == Some(0) {
+            return err("train.micro_batch", "must be at least 1".to_string());
         }
         if t.epochs == 0 {
             return err("train.epochs", "must be at least 1".to_string());

@@ -7,6 +7,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Instant;
 
 use anyhow::{Context, Result, bail};
+use candle_core::backprop::GradStore;
 use candle_core::{Device, Tensor};
 use serde::{Deserialize, Serialize};
 
@@ -350,12 +351,16 @@ fn train_in(
             let start = lp.state.batch as usize * b;
             let chunk = &parts[start..(start + b).min(parts.len())];
             let t0 = Instant::now();
-            let batch = {
+            let micro = cfg.train.micro_batch.map_or(chunk.len(), |m| m as usize);
+            let batches = {
                 let _t = profile::span("step/batch");
-                batch::make(&cache.train, chunk, vocab.dummy_id(), device)?
+                chunk
+                    .chunks(micro.max(1))
+                    .map(|c| batch::make(&cache.train, c, vocab.dummy_id(), device))
+                    .collect::<candle_core::Result<Vec<Batch>>>()?
             };
             let lr = sched.lr(lp.state.step);
-            let (loss, grads) = step(&lp, &batch)
+            let (loss, grads) = accumulate(&lp, &batches)
                 .map_err(|e| anyhow::anyhow!("step {}: {e:#}", lp.state.step + 1))?;
             let gnorm = {
                 let _t = profile::span("step/optimizer");
@@ -364,11 +369,14 @@ fn train_in(
             let s = &mut lp.state;
             s.step += 1;
             s.batch += 1;
-            s.flops += batch.tokens as f64 * gcfg.flops_per_token(batch.t);
-            s.flops_head += batch.loss_tokens as f64 * gcfg.head_flops_per_loss_token();
-            s.tokens += batch.tokens as u64;
+            let tokens: usize = batches.iter().map(|b| b.tokens).sum();
+            for batch in &batches {
+                s.flops += batch.tokens as f64 * gcfg.flops_per_token(batch.t);
+                s.flops_head += batch.loss_tokens as f64 * gcfg.head_flops_per_loss_token();
+            }
+            s.tokens += tokens as u64;
             s.seconds += t0.elapsed().as_secs_f64();
-            call_tokens += batch.tokens as u64;
+            call_tokens += tokens as u64;
             last_step_end = Instant::now();
             if first_step_time.is_none() {
                 first_step_time = Some(Instant::now());
@@ -376,7 +384,7 @@ fn train_in(
             }
             s.window_loss += loss;
             s.window_steps += 1;
-            window.0 += batch.tokens;
+            window.0 += tokens;
             if s.step.is_multiple_of(cfg.train.log_every) {
                 let secs = window.1.elapsed().as_secs_f64();
                 let mean = s.window_loss / s.window_steps.max(1) as f64;
@@ -467,9 +475,40 @@ fn train_in(
     })
 }
 
-/// Forward and backward of one batch. A non-finite loss stops the run before any update, so
-/// the last checkpoint stays the last good state.
-fn step(lp: &Loop, batch: &Batch) -> Result<(f64, candle_core::backprop::GradStore)> {
+/// Forward and backward of a batch given as micro-batches (`train.micro_batch`): each loss
+/// weighted by its share of the batch's loss tokens and the gradients summed, which is the
+/// whole batch's mean loss and its gradient. One micro-batch is exactly `step`.
+fn accumulate(lp: &Loop, parts: &[Batch]) -> Result<(f64, GradStore)> {
+    if let [one] = parts {
+        return step(lp, one, None);
+    }
+    let total: usize = parts.iter().map(|b| b.loss_tokens).sum();
+    let (mut loss, mut sum): (f64, Option<GradStore>) = (0.0, None);
+    for b in parts {
+        let w = b.loss_tokens as f64 / total.max(1) as f64;
+        let (l, g) = step(lp, b, Some(w))?;
+        loss += w * l;
+        let Some(acc) = &mut sum else {
+            sum = Some(g);
+            continue;
+        };
+        for (_, v) in &lp.model.params {
+            if let Some(x) = g.get(v) {
+                let total = match acc.get(v) {
+                    Some(a) => (a + x)?,
+                    None => x.clone(),
+                };
+                acc.insert(v, total);
+            }
+        }
+    }
+    sum.ok_or_else(|| anyhow::anyhow!("an empty batch"))
+        .map(|g| (loss, g))
+}
+
+/// Forward and backward of one batch, its loss scaled by `weight` when given. A non-finite
+/// loss stops the run before any update, so the last checkpoint stays the last good state.
+fn step(lp: &Loop, batch: &Batch, weight: Option<f64>) -> Result<(f64, GradStore)> {
     let fwd = profile::span("step/forward");
     let h = lp.model.hidden(&batch.ids, &batch.pos, &batch.lens)?;
     let loss: Tensor = lp.model.loss(&h, &batch.rows, &batch.targets)?;
@@ -483,5 +522,9 @@ fn step(lp: &Loop, batch: &Batch) -> Result<(f64, candle_core::backprop::GradSto
         );
     }
     let _t = profile::span("step/backward");
+    let loss = match weight {
+        Some(w) => (loss * w)?,
+        None => loss,
+    };
     Ok((l, loss.backward()?))
 }
