@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Build the CUDA binary of lab, dist/lab-cuda, on a machine with no GPU and no CUDA toolkit,
-# from PyPI's CUDA 13.0 wheels (the facts behind this are in shared/CUDA.md):
+# from PyPI's CUDA 13.0 wheels (the facts behind this are in docs/CUDA.md):
 #   - nvcc, its front end and NVVM, the CUDA runtime and CCCL headers come from pinned wheels
 #     (keep nvcc at 13.0.x: newer PTX may be refused by driver 580);
 #   - the driver library, cuBLAS, cuBLASLt, cuRAND and NVRTC are linked against stubs made from

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Start a real one-node Slurm cluster on this Debian machine, without systemd (see SLURM.md in
-# the shared folder for the facts behind each step). Idempotent: a second start while the
+# Start a real one-node Slurm cluster on this Debian machine, without systemd (see
+# docs/SLURM.md for the facts behind each step). Idempotent: a second start while the
 # cluster is up does nothing. Installs slurmctld, slurmd, slurm-client and munge if missing.
 #
 # usage: scripts/slurm-up.sh [--gpus N]    (as root)

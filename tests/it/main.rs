@@ -1,4 +1,4 @@
-//! The integration tests: one binary, one module per topic (see STYLE.md).
+//! The integration tests: one binary, one module per topic (see docs/STYLE.md).
 
 mod util;
 
