@@ -2,7 +2,6 @@
 //! Nothing here computes; it loads, dispatches and prints.
 
 use std::path::{Path, PathBuf};
-use std::process::ExitCode;
 
 use anyhow::Result;
 use clap::{Parser, Subcommand};
@@ -10,6 +9,7 @@ use clap::{Parser, Subcommand};
 use crate::config::Config;
 use crate::dataset::{self, DataDir, Outcome};
 use crate::eval::{self, decode::Decode};
+use crate::rundir::Exit;
 use crate::train::run::{self, Ending};
 
 #[derive(Parser, Debug)]
@@ -341,10 +341,7 @@ impl SampleArgs {
     }
 }
 
-/// Exit code of a run stopped by SIGUSR1/SIGTERM after its checkpoint (EX_TEMPFAIL).
-pub const EXIT_INTERRUPTED: u8 = 75;
-
-pub fn run(cli: Cli) -> Result<ExitCode> {
+pub fn run(cli: Cli) -> Result<Exit> {
     match cli.command {
         Command::Data {
             config,
@@ -397,7 +394,7 @@ pub fn run(cli: Cli) -> Result<ExitCode> {
             })?;
             print!("{}", train_summary(&o));
             if o.ending == Ending::Interrupted {
-                return Ok(ExitCode::from(EXIT_INTERRUPTED));
+                return Ok(Exit::Interrupted);
             }
         }
         Command::Sweep(cmd) => return run_sweep(cmd),
@@ -433,10 +430,10 @@ pub fn run(cli: Cli) -> Result<ExitCode> {
             device,
         } => run_query(&run, &query, epoch, &sampling, &device)?,
     }
-    Ok(ExitCode::SUCCESS)
+    Ok(Exit::Ok)
 }
 
-fn run_sweep(cmd: SweepCommand) -> Result<ExitCode> {
+fn run_sweep(cmd: SweepCommand) -> Result<Exit> {
     use crate::sweep::{self, State, Sweep};
     match cmd {
         SweepCommand::Plan { spec, set } => {
@@ -494,7 +491,7 @@ fn run_sweep(cmd: SweepCommand) -> Result<ExitCode> {
                     spec.display()
                 );
                 if !t.failed.is_empty() {
-                    return Ok(ExitCode::from(1));
+                    return Ok(Exit::RunsFailed);
                 }
             } else {
                 match sweep::slurm::submit(&s, &plan, &o)? {
@@ -597,7 +594,7 @@ fn run_sweep(cmd: SweepCommand) -> Result<ExitCode> {
             );
         }
     }
-    Ok(ExitCode::SUCCESS)
+    Ok(Exit::Ok)
 }
 
 /// `--peak`: a positive, finite FLOP/s figure such as 9.89e14.
@@ -683,8 +680,8 @@ fn score_settings(
 ) -> Result<(PathBuf, eval::answers::Scoring)> {
     let (cfg, source, run_data) = match (&run, &config) {
         (Some(r), _) => {
-            let p = r.join("config.toml");
-            let data = crate::train::run::read_run_info(r)?.data_dir;
+            let p = r.join(crate::rundir::CONFIG);
+            let data = crate::rundir::read_run_info(r)?.data_dir;
             (Some(Config::load(&p)?), p.display().to_string(), Some(data))
         }
         (None, Some(c)) => (Some(Config::load(c)?), c.display().to_string(), None),
@@ -937,11 +934,8 @@ fn train_summary(o: &run::Outcome) -> String {
     if let Some(v) = o.val_loss {
         out += &format!("  val/loss: {v:.4}\n");
     }
-    if let Ok(text) = std::fs::read_to_string(
-        o.run_dir
-            .join("eval")
-            .join(format!("epoch-{:02}.summary.json", s.epoch)),
-    ) && let Ok(summary) = serde_json::from_str::<eval::summary::Summary>(&text)
+    if let Ok(text) = std::fs::read_to_string(crate::rundir::summary_path(&o.run_dir, s.epoch))
+        && let Ok(summary) = serde_json::from_str::<eval::summary::Summary>(&text)
     {
         out += &eval::report(&format!("  evaluation after epoch {}:", s.epoch), &summary);
     }

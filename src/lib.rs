@@ -12,6 +12,7 @@ pub mod model;
 pub mod progress;
 pub mod report;
 pub mod rng;
+pub mod rundir;
 pub mod search;
 pub mod sweep;
 pub mod tags;

@@ -4,16 +4,17 @@
 use std::process::ExitCode;
 
 use clap::Parser;
+use lab::rundir::Exit;
 
 fn main() -> ExitCode {
     keep_freed_memory();
     single_threaded_candle_elementwise();
     let args = lab::cli::Cli::parse();
     match lab::cli::run(args) {
-        Ok(code) => code,
+        Ok(exit) => exit.into(),
         Err(e) => {
             eprintln!("error: {e:#}");
-            ExitCode::from(2)
+            Exit::BadInput.into()
         }
     }
 }

@@ -19,6 +19,7 @@ use crate::dataset::evalset::EvalQuery;
 use crate::dataset::example::prompt;
 use crate::fsutil::write_atomic;
 use crate::model::Gpt;
+use crate::rundir;
 use crate::tags;
 use decode::{Decode, Decoder, Generated};
 use score::{Alphas, Scored};
@@ -322,20 +323,14 @@ pub fn epoch(
     let queries = data.eval()?;
     let results = evaluate(model, data, &queries, &Settings::greedy(cfg))?;
     let summary = summarise(&results);
-    write(
-        &run_dir.join("eval").join(format!("epoch-{epoch:02}")),
-        &results,
-        &summary,
-    )?;
+    write(&rundir::eval_stem(run_dir, epoch), &results, &summary)?;
     let mut out = figures(&summary);
     if let Some(s) = Settings::sampled(cfg) {
         // The sampled answers' set figures are logged under tags::SET.
         let results = evaluate(model, data, &queries, &s)?;
         let summary = summarise(&results);
         write(
-            &run_dir
-                .join("eval")
-                .join(format!("epoch-{epoch:02}.samples")),
+            &rundir::eval_stem(run_dir, epoch).with_extension("samples"),
             &results,
             &summary,
         )?;
@@ -367,9 +362,9 @@ pub struct Run {
 
 impl Run {
     pub fn open(dir: &Path, which: Which, device: &candle_core::Device) -> Result<Run> {
-        use crate::train::{checkpoint, run};
-        let cfg = Config::load(&dir.join("config.toml"))?;
-        let info = run::read_run_info(dir)?;
+        use crate::rundir::checkpoint;
+        let cfg = Config::load(&dir.join(rundir::CONFIG))?;
+        let info = rundir::read_run_info(dir)?;
         let data = DataDir::open(&info.data_dir)?;
         let (path, name) = match which {
             Which::Epoch(n) => {
@@ -381,7 +376,7 @@ impl Run {
                         p.display()
                     );
                 }
-                (p, format!("epoch-{n:02}"))
+                (p, rundir::epoch_name(n))
             }
             Which::Last => {
                 let (ckpt, state) = checkpoint::latest(dir).with_context(|| {

@@ -10,6 +10,7 @@ use serde_json::Value;
 use crate::config::Config;
 use crate::eval::summary::{Cell, Summary};
 use crate::fsutil::write_atomic;
+use crate::rundir;
 use crate::sweep::{PlanRow, State, Sweep, export, squeue_jobs, state};
 use crate::tags;
 use crate::train::metrics;
@@ -137,10 +138,7 @@ fn records(sweep: &str, bucket: &str, row: &PlanRow, cfg: &Config) -> Result<Vec
         for (k, v) in &line {
             r.push((k.clone(), v.clone()));
         }
-        let summary_path = row
-            .dir
-            .join("eval")
-            .join(format!("epoch-{epoch:02}.summary.json"));
+        let summary_path = rundir::summary_path(&row.dir, epoch);
         if let Ok(text) = std::fs::read_to_string(&summary_path)
             && let Ok(s) = serde_json::from_str::<Summary>(&text)
         {
@@ -223,7 +221,7 @@ pub fn collect_results(results: &Path) -> Result<Collected> {
     let mut all = Vec::new();
     let mut left_out = Vec::new();
     for (meta, dir) in export::runs(results)? {
-        let cfg = Config::load(&dir.join("config.toml"))?;
+        let cfg = Config::load(&dir.join(rundir::CONFIG))?;
         let rs = records(&meta.sweep, &meta.bucket, &meta.plan, &cfg)?;
         if rs.is_empty() {
             left_out.push((meta.plan.run.clone(), "no evaluated epoch".into()));

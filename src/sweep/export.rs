@@ -11,8 +11,8 @@ use flate2::write::GzEncoder;
 use serde::{Deserialize, Serialize};
 
 use crate::fsutil::{StagingDir, write_atomic};
+use crate::rundir::{CONFIG, DONE};
 use crate::sweep::PlanRow;
-use crate::train::run::DONE;
 
 /// Written last into an exported run: its presence means the export is complete.
 pub const META: &str = "run.meta.json";
@@ -57,7 +57,7 @@ pub fn export(results: &Path, meta: &Meta) -> Result<PathBuf> {
         write_atomic(&stage.path().join(to), &f(bytes)?)
     };
     let same = |b: Vec<u8>| Ok(b);
-    put("config.toml", "config.toml", &same)?;
+    put(CONFIG, CONFIG, &same)?;
     put("metrics.jsonl", "metrics.jsonl", &same)?;
     // The final trainer state (steps, tokens, FLOPs, training seconds): what the run cost.
     if src.join(DONE).exists() {
@@ -83,7 +83,7 @@ pub fn export(results: &Path, meta: &Meta) -> Result<PathBuf> {
     }
     let mut m = meta.clone();
     m.plan.dir = PathBuf::from(".");
-    m.plan.config = PathBuf::from("config.toml");
+    m.plan.config = PathBuf::from(CONFIG);
     write_atomic(
         &stage.path().join(META),
         (serde_json::to_string_pretty(&m)? + "\n").as_bytes(),
@@ -108,7 +108,7 @@ pub fn runs(results: &Path) -> Result<Vec<(Meta, PathBuf)>> {
         let mut m: Meta = serde_json::from_str(&text)
             .map_err(|e| anyhow::anyhow!("{}: not run metadata: {e}", path.display()))?;
         m.plan.dir = d.clone();
-        m.plan.config = d.join("config.toml");
+        m.plan.config = d.join(CONFIG);
         out.push((m, d));
     }
     out.sort_by(|a, b| a.0.plan.run.cmp(&b.0.plan.run));

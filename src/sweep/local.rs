@@ -8,10 +8,9 @@ use std::time::Duration;
 use anyhow::{Context, Result};
 
 use crate::fsutil::write_atomic;
+use crate::rundir::markers::{FAILED, Failed};
+use crate::rundir::{DONE, Exit, checkpoint};
 use crate::sweep::{PlanRow, last_line};
-use crate::train::checkpoint;
-use crate::train::markers::{FAILED, Failed};
-use crate::train::run::DONE;
 
 /// How the runs of one call ended.
 #[derive(Debug, Default)]
@@ -92,7 +91,9 @@ pub fn run(
                             eprintln!("done  {}", row.run);
                             tally.done.push(row.run.clone());
                         }
-                        Some(75) => tally.interrupted.push(row.run.clone()),
+                        Some(c) if c == Exit::Interrupted.code() => {
+                            tally.interrupted.push(row.run.clone())
+                        }
                         code => {
                             if !row.dir.join(FAILED).exists() {
                                 let f = Failed {

@@ -18,9 +18,8 @@ use serde::{Deserialize, Serialize};
 use crate::dataset::{self, DataDir};
 use crate::fsutil::write_atomic;
 use crate::model::GptConfig;
-use crate::train::checkpoint::{self, TrainerState};
-use crate::train::markers;
-use crate::train::run::DONE;
+use crate::rundir::checkpoint::{self, TrainerState};
+use crate::rundir::{DONE, markers};
 use spec::Spec;
 
 /// One row of the plan.

@@ -9,8 +9,8 @@ use std::process::Command;
 use anyhow::{Context, Result, bail};
 
 use crate::fsutil::write_atomic;
+use crate::rundir::{DONE, Exit};
 use crate::sweep::{PlanRow, Sweep};
-use crate::train::run::DONE;
 
 /// What `--backend slurm` was asked for.
 #[derive(Clone, Debug, Default)]
@@ -158,7 +158,7 @@ resume=""
 echo "task $SLURM_ARRAY_TASK_ID: run $run on $(hostname), GPUs ${{CUDA_VISIBLE_DEVICES:-none}}, $resume"
 
 # Before the time limit Slurm sends USR1 to this script: pass it on to the trainer, which
-# checkpoints at the next step and exits with 75, then requeue this task so that it resumes.
+# checkpoints at the next step and exits with {interrupted}, then requeue this task so that it resumes.
 requeue() {{
   echo "USR1: checkpointing and requeueing"
   kill -USR1 "$pid" 2>/dev/null
@@ -172,8 +172,8 @@ trap requeue USR1
 pid=$!
 wait "$pid"
 rc=$?
-# 0: done or stopped at --max-steps; 75: stopped by a signal after its checkpoint.
-if [ "$rc" -ne 0 ] && [ "$rc" -ne 75 ] && [ ! -e "$dir/FAILED" ]; then
+# 0: done or stopped at --max-steps; {interrupted}: stopped by a signal after its checkpoint.
+if [ "$rc" -ne 0 ] && [ "$rc" -ne {interrupted} ] && [ ! -e "$dir/FAILED" ]; then
   printf '{{"error":"","exit":%d}}\n' "$rc" > "$dir/FAILED"
 fi
 exit "$rc"
@@ -183,6 +183,7 @@ exit "$rc"
         tasks = quote(&tasks_file.to_string_lossy()),
         sweep_dir = quote(&sweep_dir.to_string_lossy()),
         device = quote(&o.device),
+        interrupted = Exit::Interrupted.code(),
     );
     Ok(s)
 }

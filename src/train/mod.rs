@@ -3,8 +3,6 @@
 
 pub mod adamw;
 pub mod batch;
-pub mod checkpoint;
-pub mod markers;
 pub mod metrics;
 pub mod run;
 pub mod schedule;

@@ -9,24 +9,20 @@ use std::time::Instant;
 use anyhow::{Context, Result, bail};
 use candle_core::backprop::GradStore;
 use candle_core::{Device, Tensor};
-use serde::{Deserialize, Serialize};
 
 use crate::config::{Config, Precision};
 use crate::dataset::{self, DataDir};
 use crate::fsutil::write_atomic;
 use crate::model::{Gpt, GptConfig, load_tensors, profile, save_tensors};
 use crate::progress;
+use crate::rundir::checkpoint::{self, MODEL, OPTIMIZER, TrainerState};
+use crate::rundir::{CONFIG, DONE, RUN, RunInfo, markers};
 use crate::tags;
 use crate::train::adamw::{AdamW, Hyper};
 use crate::train::batch::{self, Batch};
-use crate::train::checkpoint::{self, MODEL, OPTIMIZER, TrainerState};
-use crate::train::markers;
 use crate::train::metrics::Metrics;
 use crate::train::schedule::Schedule;
 use crate::train::tokens::{self, Sequences};
-
-pub const DONE: &str = "DONE";
-pub const RUN: &str = "run.json";
 
 /// What `lab train` was asked to do.
 pub struct Options {
@@ -39,18 +35,6 @@ pub struct Options {
     pub takeover: bool,
     /// The device's peak FLOP/s for MFU, instead of the measured or tabled one.
     pub peak: Option<f64>,
-}
-
-/// `run.json`: how to find the run's data, and its sizes.
-#[derive(Clone, Debug, Serialize, Deserialize)]
-pub struct RunInfo {
-    pub run_hash: String,
-    pub data_dir: PathBuf,
-    pub model: GptConfig,
-    pub total_params: u64,
-    pub non_embedding_params: u64,
-    pub steps_per_epoch: u64,
-    pub total_steps: u64,
 }
 
 /// How a call to `train` ended.
@@ -81,19 +65,12 @@ pub fn default_run_dir(cfg: &Config) -> PathBuf {
     PathBuf::from("checkpoints").join(&cfg.name)
 }
 
-pub fn read_run_info(run_dir: &Path) -> Result<RunInfo> {
-    let p = run_dir.join(RUN);
-    let text = std::fs::read_to_string(&p)
-        .with_context(|| format!("{}: cannot read (not a run directory?)", p.display()))?;
-    serde_json::from_str(&text).with_context(|| format!("{}: not a run description", p.display()))
-}
-
 /// Check that `run_dir` may be used for `cfg`, and create it with its fixed files.
 fn prepare_run_dir(cfg: &Config, run_dir: &Path, resume: bool, takeover: bool) -> Result<()> {
     if run_dir.is_dir() {
         markers::check_free(run_dir, takeover)?;
     }
-    let cfg_path = run_dir.join("config.toml");
+    let cfg_path = run_dir.join(CONFIG);
     if cfg_path.exists() {
         let theirs = Config::load(&cfg_path)?;
         if theirs.run_hash() != cfg.run_hash() {

@@ -201,7 +201,7 @@ fn eval_writes_files_and_sampling_is_seeded() {
 #[test]
 fn score_reports_bad_lines_and_scores_the_rest() {
     let dir = trained();
-    let data = lab::train::run::read_run_info(&dir.join("run"))
+    let data = lab::rundir::read_run_info(&dir.join("run"))
         .unwrap()
         .data_dir;
     let answers = dir.join("answers.jsonl");
@@ -253,7 +253,7 @@ fn score_reports_bad_lines_and_scores_the_rest() {
 #[test]
 fn score_prompts_round_trip() {
     let dir = trained();
-    let data = lab::train::run::read_run_info(&dir.join("run"))
+    let data = lab::rundir::read_run_info(&dir.join("run"))
         .unwrap()
         .data_dir;
     let out = run_expect(

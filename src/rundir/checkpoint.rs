@@ -49,7 +49,7 @@ pub struct TrainerState {
 /// A checkpoint directory's name: `epoch-NN` at an epoch end, else `step-NNNNNNNN`.
 pub fn tag(state: &TrainerState) -> String {
     if state.batch == 0 {
-        format!("epoch-{:02}", state.epoch)
+        super::epoch_name(state.epoch)
     } else {
         format!("step-{:08}", state.step)
     }
@@ -59,7 +59,7 @@ pub fn tag(state: &TrainerState) -> String {
 pub fn epoch_model(run_dir: &Path, epoch: u64) -> PathBuf {
     run_dir
         .join(CKPT)
-        .join(format!("epoch-{epoch:02}"))
+        .join(super::epoch_name(epoch))
         .join(MODEL)
 }
 
