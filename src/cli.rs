@@ -1,7 +1,7 @@
 //! The commands: argument structs (clap) and the thin glue that calls into the library.
 //! Nothing here computes; it loads, dispatches and prints.
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 use anyhow::Result;
 use clap::{Parser, Subcommand};
@@ -408,7 +408,17 @@ pub fn run(cli: Cli) -> Result<Exit> {
             last: _,
             sampling,
             device,
-        } => run_eval(&run, epoch, &sampling, &device)?,
+        } => {
+            let r = eval::Run::open(&run, which(epoch), &crate::device::parse(&device)?)?;
+            let settings = sampling.settings(&r.cfg)?;
+            print!(
+                "{}",
+                eval::evaluate_run(&r, &settings, &sampling.suffix(&settings))?
+            );
+            if let Some(table) = crate::model::profile::report() {
+                eprint!("{table}");
+            }
+        }
         Command::Score {
             data,
             run,
@@ -419,8 +429,30 @@ pub fn run(cli: Cli) -> Result<Exit> {
             prompts,
             out,
         } => {
-            let (data, scoring) = score_settings(data, run, config, &weights)?;
-            run_score(&data, answers, sets, prompts, out, &scoring)?
+            let o = eval::answers::Overrides {
+                alpha_hops: weights.alpha_hops,
+                alpha_rarity: weights.alpha_rarity,
+                alpha_include: weights.alpha_include,
+                alpha_exclude: weights.alpha_exclude,
+                gamma: weights.gamma,
+                coverage_k: weights.coverage_k,
+            };
+            let (data, scoring) = eval::answers::scoring(data, run, config, &o)?;
+            if prompts {
+                let text = eval::answers::prompts(&DataDir::open(&data)?)?;
+                match out {
+                    Some(p) => crate::fsutil::write_atomic(&p, text.as_bytes())?,
+                    None => print!("{text}"),
+                }
+            } else {
+                let answers = answers.expect("clap requires --answers");
+                let (report, skipped) =
+                    eval::answers::score_and_write(&data, &answers, sets, out, &scoring)?;
+                for p in skipped {
+                    eprintln!("skipped {p}");
+                }
+                print!("{report}");
+            }
         }
         Command::Query {
             run,
@@ -428,13 +460,19 @@ pub fn run(cli: Cli) -> Result<Exit> {
             epoch,
             sampling,
             device,
-        } => run_query(&run, &query, epoch, &sampling, &device)?,
+        } => {
+            let r = eval::Run::open(&run, which(epoch), &crate::device::parse(&device)?)?;
+            print!(
+                "{}",
+                eval::query::ask(&r, &query, &sampling.settings(&r.cfg)?)?
+            );
+        }
     }
     Ok(Exit::Ok)
 }
 
 fn run_sweep(cmd: SweepCommand) -> Result<Exit> {
-    use crate::sweep::{self, State, Sweep};
+    use crate::sweep::{self, Sweep};
     match cmd {
         SweepCommand::Plan { spec, set } => {
             let s = Sweep::load(&spec, &overrides(&set)?)?;
@@ -527,40 +565,7 @@ fn run_sweep(cmd: SweepCommand) -> Result<Exit> {
         }
         SweepCommand::Status { spec, set } => {
             let s = Sweep::load(&spec, &overrides(&set)?)?;
-            let squeue = sweep::squeue_jobs();
-            let mut counts = std::collections::BTreeMap::new();
-            for p in &s.spec.runs {
-                let dir = s.run_dir(&p.name);
-                // A run exported to the spec's results is done, even on a fresh clone that has
-                // no run directory.
-                let exported = s
-                    .spec
-                    .results
-                    .as_ref()
-                    .filter(|r| sweep::export::exported(r, &p.name));
-                let st = match (sweep::state(&dir, &squeue), exported) {
-                    (State::Pending { .. } | State::Failed { .. }, Some(_)) => State::Done,
-                    (st, _) => st,
-                };
-                *counts.entry(st.label()).or_insert(0) += 1;
-                let detail = match &st {
-                    State::Done => exported
-                        .map(|r| format!("exported to {}", r.display()))
-                        .unwrap_or_default(),
-                    State::Running(who) => who.clone(),
-                    State::Pending { step } => {
-                        if *step > 0 {
-                            format!("checkpoint at step {step}")
-                        } else {
-                            String::new()
-                        }
-                    }
-                    State::Failed { log, error } => format!("{}: {error}", log.display()),
-                };
-                println!("{:8} {}  {detail}", st.label(), p.name);
-            }
-            let summary: Vec<String> = counts.iter().map(|(k, v)| format!("{v} {k}")).collect();
-            println!("{}: {}", s.spec.name, summary.join(", "));
+            print!("{}", s.status());
         }
         SweepCommand::Export { spec, set } => {
             let s = Sweep::load(&spec, &overrides(&set)?)?;
@@ -617,289 +622,6 @@ fn overrides(set: &[String]) -> Result<Vec<crate::config::Override>> {
 
 fn which(epoch: Option<u64>) -> eval::Which {
     epoch.map_or(eval::Which::Last, eval::Which::Epoch)
-}
-
-fn run_eval(run_dir: &Path, epoch: Option<u64>, sampling: &SampleArgs, device: &str) -> Result<()> {
-    let device = crate::device::parse(device)?;
-    let r = eval::Run::open(run_dir, which(epoch), &device)?;
-    let settings = sampling.settings(&r.cfg)?;
-    let queries = r.data.eval()?;
-    let t0 = std::time::Instant::now();
-    let results = eval::evaluate(&r.model, &r.data, &queries, &settings)?;
-    let secs = t0.elapsed().as_secs_f64();
-    let summary = eval::summarise(&results);
-    let stem = r
-        .dir
-        .join("eval")
-        .join(format!("{}{}", r.name, sampling.suffix(&settings)));
-    let path = eval::write(&stem, &results, &summary)?;
-    let tokens: usize = results
-        .iter()
-        .flat_map(|a| &a.answers)
-        .map(|s| s.output.split_whitespace().count() + 1)
-        .sum();
-    print!(
-        "{}",
-        eval::report(
-            &format!(
-                "{} @ {} ({:?}, {} per query): {}",
-                r.dir.display(),
-                r.name,
-                settings.decode,
-                settings.samples,
-                path.display()
-            ),
-            &summary
-        )
-    );
-    if settings.samples > 1 {
-        let distinct: usize = results.iter().map(|a| a.distinct_valid()).sum();
-        println!(
-            "  distinct valid paths per query: {:.3}",
-            distinct as f64 / results.len().max(1) as f64
-        );
-    }
-    println!(
-        "  decoded {} queries in {secs:.2} s: {:.0} generated tokens/s",
-        queries.len(),
-        tokens as f64 / secs
-    );
-    if let Some(table) = crate::model::profile::report() {
-        eprint!("{table}");
-    }
-    Ok(())
-}
-
-/// The data directory and scoring weights of `lab score`: the run's or config's `[eval]`
-/// values, each overridden by its flag, else the SPEC defaults.
-fn score_settings(
-    data: Option<PathBuf>,
-    run: Option<PathBuf>,
-    config: Option<PathBuf>,
-    w: &WeightArgs,
-) -> Result<(PathBuf, eval::answers::Scoring)> {
-    let (cfg, source, run_data) = match (&run, &config) {
-        (Some(r), _) => {
-            let p = r.join(crate::rundir::CONFIG);
-            let data = crate::rundir::read_run_info(r)?.data_dir;
-            (Some(Config::load(&p)?), p.display().to_string(), Some(data))
-        }
-        (None, Some(c)) => (Some(Config::load(c)?), c.display().to_string(), None),
-        (None, None) => (None, "the SPEC defaults".to_string(), None),
-    };
-    let e = cfg.map(|c| c.eval).unwrap_or_default();
-    let mut s = eval::answers::Scoring {
-        alphas: eval::score::Alphas::of(&e),
-        gamma: e.gamma,
-        coverage_k: e.coverage_k,
-        source,
-    };
-    let flags = [
-        (&mut s.alphas.hops, w.alpha_hops),
-        (&mut s.alphas.rarity, w.alpha_rarity),
-        (&mut s.alphas.include, w.alpha_include),
-        (&mut s.alphas.exclude, w.alpha_exclude),
-        (&mut s.gamma, w.gamma),
-    ];
-    let mut any = w.coverage_k.is_some();
-    for (slot, flag) in flags {
-        if let Some(v) = flag {
-            *slot = v;
-            any = true;
-        }
-    }
-    if let Some(k) = w.coverage_k {
-        s.coverage_k = k;
-    }
-    if any {
-        s.source.push_str(", with flags");
-    }
-    let data = data
-        .or(run_data)
-        .ok_or_else(|| anyhow::anyhow!("--data: needed without --run"))?;
-    Ok((data, s))
-}
-
-fn run_score(
-    data: &Path,
-    answers: Option<PathBuf>,
-    sets: bool,
-    prompts: bool,
-    out: Option<PathBuf>,
-    scoring: &eval::answers::Scoring,
-) -> Result<()> {
-    let d = DataDir::open(data)?;
-    if prompts {
-        let text = eval::answers::prompts(&d)?;
-        match out {
-            Some(p) => crate::fsutil::write_atomic(&p, text.as_bytes())?,
-            None => print!("{text}"),
-        }
-        return Ok(());
-    }
-    let answers = answers.expect("clap requires --answers");
-    let queries = d.eval()?;
-    let scored = eval::answers::score_file(&d, &queries, &answers, sets, scoring)?;
-    for p in &scored.problems {
-        eprintln!("skipped {p}");
-    }
-    // The output stem: --out without its .jsonl, or ANSWERS with .scored in place of .jsonl.
-    let stem = match out {
-        Some(o) => o.with_extension(""),
-        None => answers.with_extension("scored"),
-    };
-    let path = eval::write(&stem, &scored.results, &scored.summary)?;
-    println!("{}", scoring.describe());
-    print!(
-        "{}",
-        eval::report(
-            &format!(
-                "{}: {} answers to {} of {} queries: {}",
-                answers.display(),
-                scored.answers,
-                scored.results.len(),
-                scored.queries,
-                path.display()
-            ),
-            &scored.summary
-        )
-    );
-    if !scored.problems.is_empty() {
-        println!(
-            "  {} lines skipped (listed on stderr)",
-            scored.problems.len()
-        );
-    }
-    Ok(())
-}
-
-fn run_query(
-    run_dir: &Path,
-    text: &str,
-    epoch: Option<u64>,
-    sampling: &SampleArgs,
-    device: &str,
-) -> Result<()> {
-    let device = crate::device::parse(device)?;
-    let r = eval::Run::open(run_dir, which(epoch), &device)?;
-    let g = &r.data.graph;
-    let q = crate::dataset::example::parse_query(g, text)
-        .map_err(|e| anyhow::anyhow!("query: {e:#}; the expected form is `U V [ I… ] [ X… ]`, for example \"{} {} [ a ] [ b ]\"", g.node_name(0), g.node_name(1)))?;
-    let settings = sampling.settings(&r.cfg)?;
-    let h_max = r.cfg.data.h_max_train;
-    let mut searcher = crate::search::Searcher::new(g);
-    let mut rng = crate::rng::stream(settings.seed, crate::rng::Purpose::Sampling, u64::MAX);
-    let reference = searcher.shortest(&q, h_max, &mut rng);
-    let eq = crate::dataset::evalset::EvalQuery {
-        id: 0,
-        hop: reference.as_ref().map_or(0, |p| p.hops() as u32),
-        level: 1 + q.include.count_ones() + q.exclude.count_ones(),
-        query: q,
-        path: reference.clone().unwrap_or(crate::search::Path {
-            nodes: vec![q.u],
-            labels: vec![],
-        }),
-        n_paths: 0,
-    };
-    let results = eval::evaluate(&r.model, &r.data, std::slice::from_ref(&eq), &settings)?;
-    println!(
-        "query {}  ({} @ {}, {:?})",
-        crate::dataset::example::prompt(g, &q),
-        r.dir.display(),
-        r.name,
-        settings.decode
-    );
-    for (i, a) in results[0].answers.iter().enumerate() {
-        let verdict = match a.error {
-            None => format!(
-                "valid, {} hops: novelty {:.3}, utility {:.1}, creativity {:.3}{}{}",
-                a.hops.unwrap_or(0),
-                a.novelty.unwrap_or(0.0),
-                a.utility,
-                a.creativity,
-                if a.repeats_node {
-                    ", repeats a node"
-                } else {
-                    ""
-                },
-                if a.is_reference {
-                    ", the reference path"
-                } else {
-                    ""
-                }
-            ),
-            Some(e) => format!(
-                "invalid: {}{}",
-                e.name(),
-                a.edge_error
-                    .map_or(String::new(), |d| format!(" ({})", d.describe()))
-            ),
-        };
-        println!(
-            "  answer {}: {}\n      {verdict}",
-            i + 1,
-            if a.output.is_empty() {
-                "(empty)"
-            } else {
-                &a.output
-            }
-        );
-    }
-    if let Some(set) = &results[0].set {
-        let items = eval::sets::items(&results[0].answers);
-        let plain: Vec<eval::sets::Item> = items.iter().map(|(i, _)| i.clone()).collect();
-        let g = eval::sets::greedy(&plain);
-        println!(
-            "set of {} answers: {} distinct valid paths, {} repeated answers; greedy order (CREATE, γ = {}):",
-            set.answers, set.distinct_valid, set.repeats, settings.gamma
-        );
-        for (rank, (&i, &gain)) in g.order.iter().zip(&g.gains).enumerate() {
-            println!(
-                "  {}. {}  f = U·N = {:.3}, min distance {:.3}, contributes γ^{rank}·{gain:.3} = {:.3}",
-                rank + 1,
-                plain[i].key,
-                plain[i].f,
-                if plain[i].f > 0.0 {
-                    gain / plain[i].f
-                } else {
-                    0.0
-                },
-                settings.gamma.powi(rank as i32) * gain
-            );
-        }
-        let pat: Vec<String> = set
-            .patience
-            .iter()
-            .map(|(g, v)| format!("γ={g}: {v:.3}"))
-            .collect();
-        println!(
-            "  s(S) = {:.3}; patience curve {}",
-            set.score,
-            pat.join(", ")
-        );
-        println!(
-            "  coverage: {} of the {} valid paths of at most {} hops = {:.4}",
-            items
-                .iter()
-                .filter(|(_, p)| p.hops() as u32 <= eq.hop + settings.coverage_k)
-                .count(),
-            set.paths_within,
-            eq.hop + settings.coverage_k,
-            set.coverage
-        );
-    }
-    match &reference {
-        Some(p) => {
-            let d = p.hops();
-            let n = searcher.count_walks(&q, d as u32)[d];
-            println!(
-                "reference (a shortest valid path, by the lab's search): {}\n  {d} hops; {n} valid paths have exactly {d} hops",
-                crate::dataset::example::path_text(g, p)
-            );
-        }
-        None => println!("reference: no valid path of at most {h_max} hops (data.h_max_train)"),
-    }
-    Ok(())
 }
 
 fn train_summary(o: &run::Outcome) -> String {

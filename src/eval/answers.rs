@@ -3,16 +3,18 @@
 //! written as plain-text prompts for anyone who wants to ask an LLM.
 
 use std::collections::{HashMap, HashSet};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use anyhow::Result;
 use serde::Deserialize;
 
+use crate::config::Config;
 use crate::dataset::DataDir;
 use crate::dataset::evalset::EvalQuery;
 use crate::dataset::example::prompt;
 use crate::eval::score::{Alphas, Scored, score};
 use crate::graph::labels_string;
+use crate::rundir;
 
 #[derive(Deserialize)]
 struct Line {
@@ -202,4 +204,105 @@ pub fn score_file<'a>(
         queries: queries.len(),
         problems: parsed.problems,
     })
+}
+
+/// Scoring weights given one by one (`lab score`'s flags): each overrides the run's or the
+/// config's value.
+#[derive(Clone, Debug, Default)]
+pub struct Overrides {
+    pub alpha_hops: Option<f64>,
+    pub alpha_rarity: Option<f64>,
+    pub alpha_include: Option<f64>,
+    pub alpha_exclude: Option<f64>,
+    pub gamma: Option<f64>,
+    pub coverage_k: Option<u32>,
+}
+
+/// The data directory and scoring weights of `lab score`: the run's or config's `[eval]`
+/// values, each overridden by its flag, else the SPEC defaults.
+pub fn scoring(
+    data: Option<PathBuf>,
+    run: Option<PathBuf>,
+    config: Option<PathBuf>,
+    w: &Overrides,
+) -> Result<(PathBuf, Scoring)> {
+    let (cfg, source, run_data) = match (&run, &config) {
+        (Some(r), _) => {
+            let p = r.join(rundir::CONFIG);
+            let data = rundir::read_run_info(r)?.data_dir;
+            (Some(Config::load(&p)?), p.display().to_string(), Some(data))
+        }
+        (None, Some(c)) => (Some(Config::load(c)?), c.display().to_string(), None),
+        (None, None) => (None, "the SPEC defaults".to_string(), None),
+    };
+    let e = cfg.map(|c| c.eval).unwrap_or_default();
+    let mut s = Scoring {
+        alphas: Alphas::of(&e),
+        gamma: e.gamma,
+        coverage_k: e.coverage_k,
+        source,
+    };
+    let flags = [
+        (&mut s.alphas.hops, w.alpha_hops),
+        (&mut s.alphas.rarity, w.alpha_rarity),
+        (&mut s.alphas.include, w.alpha_include),
+        (&mut s.alphas.exclude, w.alpha_exclude),
+        (&mut s.gamma, w.gamma),
+    ];
+    let mut any = w.coverage_k.is_some();
+    for (slot, flag) in flags {
+        if let Some(v) = flag {
+            *slot = v;
+            any = true;
+        }
+    }
+    if let Some(k) = w.coverage_k {
+        s.coverage_k = k;
+    }
+    if any {
+        s.source.push_str(", with flags");
+    }
+    let data = data
+        .or(run_data)
+        .ok_or_else(|| anyhow::anyhow!("--data: needed without --run"))?;
+    Ok((data, s))
+}
+
+/// `lab score`: score the answers file against the data directory's eval set and write the
+/// scored answers and summary to `out` (without its `.jsonl`), or beside the answers with
+/// `.scored` in place of `.jsonl`. Returns the report, and the skipped lines' messages.
+pub fn score_and_write(
+    data: &Path,
+    answers: &Path,
+    sets: bool,
+    out: Option<PathBuf>,
+    scoring: &Scoring,
+) -> Result<(String, Vec<String>)> {
+    let d = DataDir::open(data)?;
+    let queries = d.eval()?;
+    let scored = score_file(&d, &queries, answers, sets, scoring)?;
+    let stem = match out {
+        Some(o) => o.with_extension(""),
+        None => answers.with_extension("scored"),
+    };
+    let path = super::write(&stem, &scored.results, &scored.summary)?;
+    let mut text = format!("{}\n", scoring.describe());
+    text += &super::report(
+        &format!(
+            "{}: {} answers to {} of {} queries: {}",
+            answers.display(),
+            scored.answers,
+            scored.results.len(),
+            scored.queries,
+            path.display()
+        ),
+        &scored.summary,
+    );
+    if !scored.problems.is_empty() {
+        text += &format!(
+            "  {} lines skipped (listed on stderr)\n",
+            scored.problems.len()
+        );
+    }
+    Ok((text, scored.problems))
 }

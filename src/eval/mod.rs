@@ -4,6 +4,7 @@
 
 pub mod answers;
 pub mod decode;
+pub mod query;
 pub mod score;
 pub mod sets;
 pub mod summary;
@@ -480,4 +481,45 @@ pub fn report(title: &str, s: &Summary) -> String {
         );
     }
     out
+}
+
+/// `lab eval`: decode and score the eval set with `r`'s model and `s`, write the answers and
+/// summary as `eval/<checkpoint><suffix>.*`, and return the report with the decoding speed.
+pub fn evaluate_run(r: &Run, s: &Settings, suffix: &str) -> Result<String> {
+    let queries = r.data.eval()?;
+    let t0 = std::time::Instant::now();
+    let results = evaluate(&r.model, &r.data, &queries, s)?;
+    let secs = t0.elapsed().as_secs_f64();
+    let summary = summarise(&results);
+    let stem = r.dir.join(rundir::EVAL).join(format!("{}{suffix}", r.name));
+    let path = write(&stem, &results, &summary)?;
+    let tokens: usize = results
+        .iter()
+        .flat_map(|a| &a.answers)
+        .map(|a| a.output.split_whitespace().count() + 1)
+        .sum();
+    let mut out = report(
+        &format!(
+            "{} @ {} ({:?}, {} per query): {}",
+            r.dir.display(),
+            r.name,
+            s.decode,
+            s.samples,
+            path.display()
+        ),
+        &summary,
+    );
+    if s.samples > 1 {
+        let distinct: usize = results.iter().map(|a| a.distinct_valid()).sum();
+        out += &format!(
+            "  distinct valid paths per query: {:.3}\n",
+            distinct as f64 / results.len().max(1) as f64
+        );
+    }
+    out += &format!(
+        "  decoded {} queries in {secs:.2} s: {:.0} generated tokens/s\n",
+        queries.len(),
+        tokens as f64 / secs
+    );
+    Ok(out)
 }

@@ -120,6 +120,41 @@ impl Sweep {
         Ok(n)
     }
 
+    /// `lab sweep status`: one line per run (its state and what is known of it), then the
+    /// counts. A run exported to the spec's results is done, even on a fresh clone that has
+    /// no run directory.
+    pub fn status(&self) -> String {
+        let squeue = squeue_jobs();
+        let mut counts = BTreeMap::new();
+        let mut out = String::new();
+        for p in &self.spec.runs {
+            let dir = self.run_dir(&p.name);
+            let exported = self
+                .spec
+                .results
+                .as_ref()
+                .filter(|r| export::exported(r, &p.name));
+            let st = match (state(&dir, &squeue), exported) {
+                (State::Pending { .. } | State::Failed { .. }, Some(_)) => State::Done,
+                (st, _) => st,
+            };
+            *counts.entry(st.label()).or_insert(0) += 1;
+            let detail = match &st {
+                State::Done => exported
+                    .map(|r| format!("exported to {}", r.display()))
+                    .unwrap_or_default(),
+                State::Running(who) => who.clone(),
+                State::Pending { step } if *step > 0 => format!("checkpoint at step {step}"),
+                State::Pending { .. } => String::new(),
+                State::Failed { log, error } => format!("{}: {error}", log.display()),
+            };
+            let _ = writeln!(out, "{:8} {}  {detail}", st.label(), p.name);
+        }
+        let summary: Vec<String> = counts.iter().map(|(k, v)| format!("{v} {k}")).collect();
+        let _ = writeln!(out, "{}: {}", self.spec.name, summary.join(", "));
+        out
+    }
+
     pub fn config_path(&self, run: &str) -> PathBuf {
         self.dir.join("configs").join(format!("{run}.toml"))
     }
