@@ -405,11 +405,16 @@ pub fn run(cli: Cli) -> Result<Exit> {
         Command::Eval {
             run,
             epoch,
-            last: _,
+            last,
             sampling,
             device,
         } => {
-            let r = eval::Run::open(&run, which(epoch), &crate::device::parse(&device)?)?;
+            let at = if last {
+                eval::Which::Last
+            } else {
+                which(epoch)
+            };
+            let r = eval::Run::open(&run, at, &crate::device::parse(&device)?)?;
             let settings = sampling.settings(&r.cfg)?;
             print!(
                 "{}",

@@ -272,27 +272,39 @@ impl Gpt {
             let t = t.to_dtype(DType::F32)?.to_device(device)?;
             params.push((name, Var::from_tensor(&t)?));
         }
-        let get = |i: &mut usize| {
-            let t = params[*i].1.as_tensor().clone();
-            *i += 1;
-            t
+        // Bound by HF name, as candle's models do with `vb.pp(..)`: a reordering of
+        // `param_shapes` cannot swap two tensors.
+        let by_name: HashMap<&str, &Var> = params.iter().map(|(n, v)| (n.as_str(), v)).collect();
+        let get = |name: &str| -> Result<Tensor> {
+            by_name
+                .get(name)
+                .map(|v| v.as_tensor().clone())
+                .ok_or_else(|| candle_core::Error::Msg(format!("no parameter {name}")))
         };
-        let mut i = 0;
-        let wte = get(&mut i);
-        let wpe = get(&mut i);
-        let mut h = Vec::new();
-        for _ in 0..cfg.n_layer {
-            let mut pair = || (get(&mut i), get(&mut i));
-            h.push(Block {
-                ln_1: pair(),
-                c_attn: pair(),
-                attn_c_proj: pair(),
-                ln_2: pair(),
-                c_fc: pair(),
-                mlp_c_proj: pair(),
-            });
-        }
-        let ln_f = (get(&mut i), get(&mut i));
+        let pair = |prefix: &str| -> Result<(Tensor, Tensor)> {
+            Ok((
+                get(&format!("{prefix}.weight"))?,
+                get(&format!("{prefix}.bias"))?,
+            ))
+        };
+        let h = (0..cfg.n_layer)
+            .map(|i| {
+                let p = format!("transformer.h.{i}");
+                Ok(Block {
+                    ln_1: pair(&format!("{p}.ln_1"))?,
+                    c_attn: pair(&format!("{p}.attn.c_attn"))?,
+                    attn_c_proj: pair(&format!("{p}.attn.c_proj"))?,
+                    ln_2: pair(&format!("{p}.ln_2"))?,
+                    c_fc: pair(&format!("{p}.mlp.c_fc"))?,
+                    mlp_c_proj: pair(&format!("{p}.mlp.c_proj"))?,
+                })
+            })
+            .collect::<Result<Vec<Block>>>()?;
+        let (wte, wpe) = (
+            get("transformer.wte.weight")?,
+            get("transformer.wpe.weight")?,
+        );
+        let ln_f = pair("transformer.ln_f")?;
         Ok(Gpt {
             cfg,
             kernels: Kernels::for_device(device),
@@ -563,5 +575,60 @@ pub fn load_tensors(path: &Path) -> anyhow::Result<HashMap<String, Tensor>> {
     match t {
         Ok(t) => Ok(t),
         Err(e) => bail!("{}: not a readable safetensors file ({e})", path.display()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every parameter lands where its HF name says, whatever the order of the tensors given.
+    #[test]
+    fn parameters_bind_by_name() {
+        let cfg = GptConfig {
+            vocab_size: 64,
+            n_positions: 8,
+            n_embd: 8,
+            n_layer: 2,
+            n_head: 2,
+        };
+        let shapes = cfg.param_shapes();
+        let value = |name: &str| shapes.iter().position(|(n, _)| n == name).unwrap() as f32;
+        let tensors: HashMap<String, Tensor> = shapes
+            .iter()
+            .rev()
+            .map(|(n, shape)| {
+                let t = Tensor::full(value(n), shape.as_slice(), &Device::Cpu).unwrap();
+                (n.clone(), t)
+            })
+            .collect();
+        let m = Gpt::from_tensors(cfg, tensors, &Device::Cpu).unwrap();
+        let first = |t: &Tensor| t.flatten_all().unwrap().to_vec1::<f32>().unwrap()[0];
+        assert_eq!(first(&m.wte), value("transformer.wte.weight"));
+        assert_eq!(first(&m.wpe), value("transformer.wpe.weight"));
+        assert_eq!(first(&m.ln_f.1), value("transformer.ln_f.bias"));
+        for (i, b) in m.h.iter().enumerate() {
+            let p = |s: &str| value(&format!("transformer.h.{i}.{s}"));
+            for (t, name) in [
+                (&b.ln_1.0, "ln_1.weight"),
+                (&b.ln_1.1, "ln_1.bias"),
+                (&b.c_attn.0, "attn.c_attn.weight"),
+                (&b.c_attn.1, "attn.c_attn.bias"),
+                (&b.attn_c_proj.0, "attn.c_proj.weight"),
+                (&b.attn_c_proj.1, "attn.c_proj.bias"),
+                (&b.ln_2.0, "ln_2.weight"),
+                (&b.ln_2.1, "ln_2.bias"),
+                (&b.c_fc.0, "mlp.c_fc.weight"),
+                (&b.c_fc.1, "mlp.c_fc.bias"),
+                (&b.mlp_c_proj.0, "mlp.c_proj.weight"),
+                (&b.mlp_c_proj.1, "mlp.c_proj.bias"),
+            ] {
+                assert_eq!(first(t), p(name), "layer {i} {name}");
+            }
+        }
+        // The optimizer's list stays in HF order.
+        let names: Vec<&str> = m.params.iter().map(|(n, _)| n.as_str()).collect();
+        let want: Vec<&str> = shapes.iter().map(|(n, _)| n.as_str()).collect();
+        assert_eq!(names, want);
     }
 }
