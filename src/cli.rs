@@ -538,7 +538,10 @@ fn run_sweep(cmd: SweepCommand) -> Result<Exit> {
                 }
             } else {
                 match sweep::slurm::submit(&s, &plan, &o)? {
-                    None => println!("{}: every run is DONE; nothing to submit", s.spec.name),
+                    None => println!(
+                        "{}: every run is DONE or exported; nothing to submit",
+                        s.spec.name
+                    ),
                     Some(sub) if dry_run => {
                         println!(
                             "wrote {} for {} runs (not submitted)",

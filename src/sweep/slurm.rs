@@ -212,7 +212,13 @@ pub fn submit(sweep: &Sweep, plan: &[PlanRow], o: &Options) -> Result<Option<Sub
             "sbatch not found on PATH: this machine is not a Slurm client; run the sweep here with --backend local"
         );
     }
-    let pending: Vec<&PlanRow> = plan.iter().filter(|r| !r.dir.join(DONE).exists()).collect();
+    // Neither the runs exported to the spec's results (a fresh clone has no run directory for
+    // them) nor those DONE here, seed-major as the local backend runs them.
+    let pending: Vec<&PlanRow> = sweep
+        .pending(plan)
+        .into_iter()
+        .filter(|r| !r.dir.join(DONE).exists())
+        .collect();
     if pending.is_empty() {
         return Ok(None);
     }

@@ -207,3 +207,39 @@ fn every_tag_the_report_reads_is_one_a_run_writes() {
         assert!(written(tag), "{tag} is in no line of metrics.jsonl");
     }
 }
+
+/// On a fresh clone a Slurm submission skips the runs already exported to the results: with
+/// one exported run removed, the job array holds that run alone; with none removed, nothing is
+/// submitted.
+#[test]
+fn slurm_submits_only_runs_not_exported() {
+    let tmp = fixture_copy();
+    let args = [
+        "sweep",
+        "run",
+        "depth.toml",
+        "--backend",
+        "slurm",
+        "--dry-run",
+    ];
+    let out = run_expect(lab(tmp.path()).args(args), 0);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("every run is DONE or exported"), "{text}");
+    let runs = tmp.path().join("runs");
+    let gone = std::fs::read_dir(&runs)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().into_string().unwrap())
+        .filter(|n| n.starts_with("fixture-depth-"))
+        .min()
+        .unwrap();
+    std::fs::remove_dir_all(runs.join(&gone)).unwrap();
+    let out = run_expect(lab(tmp.path()).args(args), 0);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("for 1 runs (not submitted)"), "{text}");
+    let tasks = std::fs::read_to_string(
+        tmp.path()
+            .join("checkpoints/fixture-depth/slurm/001/tasks.txt"),
+    )
+    .unwrap();
+    assert_eq!(tasks, format!("{gone}\n"));
+}
