@@ -8,7 +8,7 @@
 #     position, eager with the head at the loss positions only, and torch.compile of the latter;
 #   - greedy decoding of the paper eval set with (a): `lab eval` against PyTorch with a KV
 #     cache (scripts/bench/torch_decode.py), same weights, prompts and batches;
-#   - the lab's per-op profile (LAB_PROFILE) of each training run.
+#   - the lab's per-op profile (LAB_PROFILE) of each training run and of the decoding.
 #
 # usage: scripts/bench/train.sh [STEPS_A] [STEPS_B]    (run from anywhere; 2 threads unless
 #        RAYON_NUM_THREADS says otherwise; about 10 minutes on 2 cores)
@@ -75,7 +75,8 @@ for m in a b; do
   loss[$m]=$(torch_train $m "$@" --head-at-loss)
   comp[$m]=$(torch_train $m "$@" --compile)
 done
-dec=$($lab eval --run "$out/a" 2>&1 | grep 'decoded')
+LAB_PROFILE=1 $lab eval --run "$out/a" >"$out/decode.log" 2>&1 || { cat "$out/decode.log" >&2; exit 1; }
+dec=$(grep 'decoded' "$out/decode.log")
 tdec=$("$py" scripts/bench/torch_decode.py "$out/a" --threads "$threads" 2>/dev/null | tail -1)
 
 python3 - "$torch_peak" "${peak[a]}" "${peak[b]}" <<EOF
@@ -106,7 +107,7 @@ print(f"| lab | {lab_s:.2f} | {lab_t:,.0f} |")
 print(f"| torch, KV cache | {t_s:.2f} | {t_t:,.0f} |")
 print(f"| lab ÷ torch | {t_s / lab_s:.2f}x faster | |")
 EOF
-for m in a b; do
+for m in a b decode; do
   echo
   echo "($m) $(sed -n 's/^profile (LAB_PROFILE)/lab per-op profile/p' "$out/$m.log")"
   sed -n '/^profile (LAB_PROFILE)/,/^[^ ]/p' "$out/$m.log" | grep '^  '

@@ -200,6 +200,7 @@ impl KvCache {
         if past + t > cap {
             candle_core::bail!("KV cache full: {} positions of {cap}", past + t);
         }
+        let _t = crate::model::profile::span("lab-kv-attention");
         let hd = e / n_head;
         let scale = 1.0 / (hd as f32).sqrt();
         let x: Vec<f32> = qkv.flatten_all()?.to_vec1()?;
