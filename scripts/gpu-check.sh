@@ -39,7 +39,7 @@ fail() { # STEP LOGFILE
   [ -f "$2" ] && tail -n 5 "$2" >&2
   failed=$((failed + 1))
 }
-num() { sed -E "s/.*$1 ([0-9.e+]+).*/\\1/"; }
+. scripts/lib.sh
 loss_at() { # RUN STEP: train/loss logged at that step
   python3 -c "
 import json, sys

@@ -34,7 +34,7 @@ export RAYON_NUM_THREADS=$threads
 field() { # FILE KEY: a number from a JSON file
   python3 -c "import json,sys; print(json.load(open(sys.argv[1]))[sys.argv[2]])" "$1" "$2"
 }
-num() { sed -E "s/.*$1 ([0-9.e+]+).*/\\1/"; }
+. scripts/lib.sh
 
 torch_peak=$("$py" - "$threads" <<'EOF'
 import sys, time, torch
