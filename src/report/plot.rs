@@ -309,6 +309,31 @@ impl Series {
     }
 }
 
+/// The range of one axis that holds every point and every error bar of `series` whole, padded;
+/// `coord` picks the axis from an (x, y) pair.
+fn extent(series: &[Series], coord: fn(&(f64, f64)) -> f64, log: bool) -> (f64, f64) {
+    let (a, b) = series
+        .iter()
+        .flat_map(|s| {
+            let bars = s.bars.iter().flat_map(|&(x, lo, hi)| [(x, lo), (x, hi)]);
+            s.points.iter().copied().chain(bars)
+        })
+        .map(|p| coord(&p))
+        .filter(|v| v.is_finite() && (!log || *v > 0.0))
+        .fold((f64::INFINITY, f64::NEG_INFINITY), |(a, b), x| {
+            (a.min(x), b.max(x))
+        });
+    if !a.is_finite() {
+        return (if log { 1.0 } else { 0.0 }, 1.0);
+    }
+    if log {
+        (a / 1.5, b * 1.5)
+    } else {
+        let pad = ((b - a) * 0.08).max(1e-9);
+        (a - pad, b + pad)
+    }
+}
+
 /// Lines and points on linear or log axes.
 #[allow(clippy::too_many_arguments)]
 pub fn lines<DB: DrawingBackend>(
@@ -320,33 +345,8 @@ pub fn lines<DB: DrawingBackend>(
     log_x: bool,
     log_y: bool,
 ) -> Result<()> {
-    let pts: Vec<(f64, f64)> = series
-        .iter()
-        .flat_map(|s| s.points.iter().copied())
-        .collect();
-    let ext = |f: fn(&(f64, f64)) -> f64, log: bool| {
-        let v: Vec<f64> = pts
-            .iter()
-            .map(f)
-            .filter(|v| v.is_finite() && (!log || *v > 0.0))
-            .collect();
-        let (a, b) = v
-            .iter()
-            .fold((f64::INFINITY, f64::NEG_INFINITY), |(a, b), &x| {
-                (a.min(x), b.max(x))
-            });
-        if !a.is_finite() {
-            return (if log { 1.0 } else { 0.0 }, 1.0);
-        }
-        if log {
-            (a / 1.5, b * 1.5)
-        } else {
-            let pad = ((b - a) * 0.08).max(1e-9);
-            (a - pad, b + pad)
-        }
-    };
-    let (x0, x1) = ext(|p| p.0, log_x);
-    let (y0, y1) = ext(|p| p.1, log_y);
+    let (x0, x1) = extent(series, |p| p.0, log_x);
+    let (y0, y1) = extent(series, |p| p.1, log_y);
     macro_rules! draw {
         ($chart:expr) => {{
             let mut chart = $chart;
@@ -502,4 +502,28 @@ pub fn bars<DB: DrawingBackend>(
         );
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_axes_hold_every_error_bar_whole() {
+        let mut s = Series::line("c");
+        s.push_interval(1.0, 10.0, 4.0, 15.0);
+        s.push_interval(2.0, 8.0, 7.5, 8.5);
+        let (y0, y1) = extent(std::slice::from_ref(&s), |p| p.1, false);
+        assert!(
+            y0 < 4.0 && y1 > 15.0,
+            "y axis {y0}..{y1} cuts the bar 4..15"
+        );
+        let (x0, x1) = extent(std::slice::from_ref(&s), |p| p.0, true);
+        assert!(x0 < 1.0 && x1 > 2.0, "x axis {x0}..{x1}");
+        // On a log axis a bar reaching 0 or below keeps the positive part only.
+        let mut z = Series::line("z");
+        z.push_interval(1.0, 0.5, -0.2, 2.0);
+        let (y0, y1) = extent(&[z], |p| p.1, true);
+        assert!(y0 > 0.0 && y0 < 0.5 && y1 > 2.0, "log y axis {y0}..{y1}");
+    }
 }
