@@ -57,6 +57,12 @@ fn figures_and_findings_regenerate_from_the_committed_runs() {
         assert!(!c["test"].as_str().unwrap().is_empty());
         assert!(c["numbers"].is_array() || c["numbers"].is_object(), "{c}");
     }
+    // The depth test is also given with the LM head counted, beside its verdict.
+    for b in got[1]["numbers"].as_array().unwrap() {
+        assert_eq!(b["compute_axis"], "flops", "{b}");
+        assert_eq!(b["with_head"]["compute_axis"], "flops_with_head", "{b}");
+        assert!(b["with_head"]["p_claimed"].is_number(), "{b}");
+    }
     // The fixture has two depth buckets and one width group, so no claim is left untested.
     assert!(got.iter().all(|c| c["verdict"] != "not_tested"), "{got:?}");
     for fig in [
