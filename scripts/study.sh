@@ -6,7 +6,8 @@
 #
 #   scripts/study.sh sweeps/repro-cpu-depth.toml sweeps/repro-cpu-width.toml
 #
-# The specs run side by side, one run at a time each with an equal share of the cores.
+# The specs run side by side, one run at a time each with an equal share of the cores; each
+# spec's results directory (one shared, or one each) is committed, collected and reported.
 # STUDY_COMMIT=0 leaves git alone; STUDY_EVERY (seconds, default 120) is the commit interval.
 set -euo pipefail
 [ $# -ge 1 ] || { echo "usage: scripts/study.sh SPEC..." >&2; exit 2; }
@@ -15,11 +16,20 @@ for s in "$@"; do specs+=("$(realpath "$s")"); done
 set -- "${specs[@]}"
 cd "$(dirname "$0")/.."
 cargo build --release --quiet
-results=$(sed -n 's/^results *= *"\(.*\)"/\1/p' "$1")
-[ -n "$results" ] || { echo "$1: results: not set" >&2; exit 2; }
-results=$(realpath -m --relative-to=. "$(dirname "$1")/$results")
+# Each spec's results directory (specs may share one, as the depth and width sweeps do).
+results_of() {
+  local r
+  r=$(sed -n 's/^results *= *"\(.*\)"/\1/p' "$1")
+  [ -n "$r" ] || { echo "$1: results: not set" >&2; exit 2; }
+  realpath -m --relative-to=. "$(dirname "$1")/$r"
+}
+dirs=()
+for spec in "$@"; do
+  r=$(results_of "$spec")
+  case " ${dirs[*]} " in *" $r "*) ;; *) dirs+=("$r") ;; esac
+done
 # A copy of its own, so that rebuilding the lab while the study runs cannot change its runs.
-bin=target/study/$(echo "$results" | tr / _)
+bin=target/study/$(echo "${dirs[0]}" | tr / _)
 mkdir -p "$bin" && cp target/release/lab "$bin/lab.new" && mv "$bin/lab.new" "$bin/lab"
 lab=$bin/lab
 cores=$(nproc)
@@ -27,12 +37,15 @@ threads=$(( cores / $# > 0 ? cores / $# : 1 ))
 
 commit() {
   [ "${STUDY_COMMIT:-1}" = 1 ] || return 0
-  git add -- "$results" 2>/dev/null || return 0
-  if ! git diff --cached --quiet -- "$results"; then
-    n=$(ls "$results/runs" 2>/dev/null | wc -l)
-    git commit --quiet -m "study $(basename "$results"): $n runs exported" -- "$results" && \
-      echo "committed $(basename "$results"): $n runs"
-  fi
+  local results n
+  for results in "${dirs[@]}"; do
+    git add -- "$results" 2>/dev/null || continue
+    if ! git diff --cached --quiet -- "$results"; then
+      n=$(ls "$results/runs" 2>/dev/null | wc -l)
+      git commit --quiet -m "study $(basename "$results"): $n runs exported" -- "$results" && \
+        echo "committed $(basename "$results"): $n runs"
+    fi
+  done
 }
 
 pids=()
@@ -52,7 +65,9 @@ while :; do
 done
 status=0
 for p in "${pids[@]}"; do wait "$p" || status=1; done
-"$lab" sweep collect "$results"
-"$lab" report "$results" --out "$results"
+for results in "${dirs[@]}"; do
+  "$lab" sweep collect "$results"
+  "$lab" report "$results" --out "$results"
+done
 commit
 exit $status
