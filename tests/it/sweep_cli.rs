@@ -158,12 +158,9 @@ fn smoke_sweep_on_slurm_with_preemption_matches_local() {
     // Freeze the trainer where it is, so that it cannot finish between this check and the
     // cancel (the micro run ends in about a second); Slurm's cancel sends SIGCONT before
     // SIGTERM, and the trainer then checkpoints and exits as on any cancel.
-    let holder: Value = serde_json::from_str(
-        &std::fs::read_to_string(victim.join(lab::rundir::markers::RUNNING))
-            .expect("the running victim holds its RUNNING marker"),
-    )
-    .unwrap();
-    let pid = holder["pid"].as_i64().unwrap() as libc::pid_t;
+    let pid = lab::rundir::markers::read_running(&victim)
+        .expect("the running victim holds its RUNNING marker")
+        .pid as libc::pid_t;
     // SAFETY: kill(2) with a pid read from the trainer's own marker and a valid signal.
     assert_eq!(
         unsafe { libc::kill(pid, libc::SIGSTOP) },
