@@ -1,5 +1,41 @@
 //! Branch-free f32 exp and tanh that the compiler vectorizes, for the fused kernels' hot
-//! loops (libm's calls dominated the profile). Accurate to a few ulp; tested against std.
+//! loops (libm's calls dominated the profile), the slice reductions, and `wide`, which runs a
+//! kernel's body with the CPU's 256-bit vectors. Accurate to a few ulp; tested against std.
+
+/// Run `f` compiled for AVX2 when the CPU has it (the baseline x86-64 target has only 128-bit
+/// SSE2). Rust never contracts a·b + c into an FMA, and every reduction here sums in a fixed
+/// lane order, so both paths give the same bits; only the speed differs. `f` is a single-use
+/// closure, which LLVM inlines into the AVX2 copy along with the `#[inline]` helpers it calls.
+#[inline]
+pub fn wide<R>(f: impl FnOnce() -> R) -> R {
+    #[cfg(target_arch = "x86_64")]
+    {
+        #[target_feature(enable = "avx2")]
+        unsafe fn avx2<R>(f: impl FnOnce() -> R) -> R {
+            f()
+        }
+        if std::arch::is_x86_feature_detected!("avx2") {
+            // SAFETY: the CPU supports AVX2, checked just above.
+            return unsafe { avx2(f) };
+        }
+    }
+    f()
+}
+
+/// y += a·x over the common length.
+#[inline(always)]
+pub fn axpy(y: &mut [f32], a: f32, x: &[f32]) {
+    let (cy, cx) = (y.chunks_exact_mut(LANES), x.chunks_exact(LANES));
+    for (y, x) in cy.zip(cx) {
+        for i in 0..LANES {
+            y[i] += a * x[i];
+        }
+    }
+    let n = y.len().min(x.len()) / LANES * LANES;
+    for (y, x) in y[n..].iter_mut().zip(&x[n..]) {
+        *y += a * x;
+    }
+}
 
 /// e^x, for x ≤ 88.7 (inputs below −87.3 give about 1e-38 instead of a denormal).
 #[inline(always)]
@@ -44,10 +80,10 @@ pub fn tanh(x: f32) -> f32 {
 
 /// Lanes of the slice reductions below: independent accumulators the compiler can keep in one
 /// vector register, summed in a fixed order (so results do not depend on threads).
-const LANES: usize = 8;
+pub const LANES: usize = 8;
 
 /// Σ a_i b_i.
-#[inline]
+#[inline(always)]
 pub fn dot(a: &[f32], b: &[f32]) -> f32 {
     let mut acc = [0f32; LANES];
     let (ca, cb) = (a.chunks_exact(LANES), b.chunks_exact(LANES));
@@ -62,7 +98,7 @@ pub fn dot(a: &[f32], b: &[f32]) -> f32 {
 }
 
 /// Σ a_i.
-#[inline]
+#[inline(always)]
 pub fn sum(a: &[f32]) -> f32 {
     let mut acc = [0f32; LANES];
     let c = a.chunks_exact(LANES);
@@ -76,7 +112,7 @@ pub fn sum(a: &[f32]) -> f32 {
 }
 
 /// max_i a_i (−∞ for an empty slice).
-#[inline]
+#[inline(always)]
 pub fn max(a: &[f32]) -> f32 {
     let mut acc = [f32::NEG_INFINITY; LANES];
     let c = a.chunks_exact(LANES);
@@ -101,7 +137,7 @@ pub fn argmax(a: &[f32]) -> usize {
 }
 
 /// Softmax of a row in place; returns (max, Σ exp(z − max)) for the log-sum-exp.
-#[inline]
+#[inline(always)]
 pub fn softmax_in_place(row: &mut [f32]) -> (f32, f32) {
     let m = max(row);
     for z in row.iter_mut() {
@@ -113,6 +149,22 @@ pub fn softmax_in_place(row: &mut [f32]) -> (f32, f32) {
         *z *= inv;
     }
     (m, s)
+}
+
+/// Softmax of `row[..valid]` in place, with `row[valid..]` set to 0. `row` is a whole number
+/// of vectors long, so every loop runs on full vectors (the masked entries enter as −∞).
+#[inline(always)]
+pub fn masked_softmax(row: &mut [f32], valid: usize) {
+    row[valid..].fill(f32::NEG_INFINITY);
+    let m = max(row);
+    for z in row.iter_mut() {
+        *z = exp(*z - m);
+    }
+    row[valid..].fill(0.0);
+    let inv = 1.0 / sum(row);
+    for z in row.iter_mut() {
+        *z *= inv;
+    }
 }
 
 #[cfg(test)]

@@ -108,10 +108,20 @@ pub fn sgemm(
 /// y = (x − mean) / √(var + ε) · w + b over the last dimension.
 struct LayerNorm;
 
+#[inline(always)]
 fn ln_row_stats(x: &[f32]) -> (f32, f32) {
     let c = x.len() as f32;
     let mean = fastmath::sum(x) / c;
-    let var = x.iter().map(|v| (v - mean) * (v - mean)).sum::<f32>() / c;
+    let mut d = [0f32; 128];
+    let mut var = 0f32;
+    for chunk in x.chunks(d.len()) {
+        let d = &mut d[..chunk.len()];
+        for (d, v) in d.iter_mut().zip(chunk) {
+            *d = v - mean;
+        }
+        var += fastmath::dot(d, d);
+    }
+    let var = var / c;
     (mean, 1.0 / (var + LN_EPS).sqrt())
 }
 
@@ -138,12 +148,17 @@ impl CustomOp3 for LayerNorm {
         y.par_chunks_mut(c * ROWS)
             .zip(x.par_chunks(c * ROWS))
             .for_each(|(yc, xc)| {
-                for (yr, xr) in yc.chunks_mut(c).zip(xc.chunks(c)) {
-                    let (mean, rstd) = ln_row_stats(xr);
-                    for i in 0..c {
-                        yr[i] = (xr[i] - mean) * rstd * w[i] + b[i];
-                    }
-                }
+                fastmath::wide(
+                    #[inline(always)]
+                    || {
+                        for (yr, xr) in yc.chunks_mut(c).zip(xc.chunks(c)) {
+                            let (mean, rstd) = ln_row_stats(xr);
+                            for i in 0..c {
+                                yr[i] = (xr[i] - mean) * rstd * w[i] + b[i];
+                            }
+                        }
+                    },
+                )
             });
         Ok((CpuStorage::F32(y), xl.shape().clone()))
     }
@@ -191,25 +206,32 @@ impl CustomOp3 for LayerNormBwd {
             .par_chunks_mut(c * ROWS)
             .zip(x.par_chunks(c * ROWS).zip(dy.par_chunks(c * ROWS)))
             .map(|(dxc, (xc, dyc))| {
-                let mut acc = vec![0f32; 2 * c];
-                let mut xhat = vec![0f32; c];
-                for ((dxr, xr), dyr) in dxc.chunks_mut(c).zip(xc.chunks(c)).zip(dyc.chunks(c)) {
-                    let (mean, rstd) = ln_row_stats(xr);
-                    let (mut m1, mut m2) = (0f32, 0f32);
-                    for i in 0..c {
-                        xhat[i] = (xr[i] - mean) * rstd;
-                        let g = dyr[i] * w[i];
-                        m1 += g;
-                        m2 += g * xhat[i];
-                        acc[i] += dyr[i] * xhat[i];
-                        acc[c + i] += dyr[i];
-                    }
-                    let (m1, m2) = (m1 / c as f32, m2 / c as f32);
-                    for i in 0..c {
-                        dxr[i] = (dyr[i] * w[i] - m1 - xhat[i] * m2) * rstd;
-                    }
-                }
-                acc
+                fastmath::wide(
+                    #[inline(always)]
+                    || {
+                        let mut acc = vec![0f32; 2 * c];
+                        let mut xhat = vec![0f32; c];
+                        for ((dxr, xr), dyr) in
+                            dxc.chunks_mut(c).zip(xc.chunks(c)).zip(dyc.chunks(c))
+                        {
+                            let (mean, rstd) = ln_row_stats(xr);
+                            let (mut m1, mut m2) = (0f32, 0f32);
+                            for i in 0..c {
+                                xhat[i] = (xr[i] - mean) * rstd;
+                                let g = dyr[i] * w[i];
+                                m1 += g;
+                                m2 += g * xhat[i];
+                                acc[i] += dyr[i] * xhat[i];
+                                acc[c + i] += dyr[i];
+                            }
+                            let (m1, m2) = (m1 / c as f32, m2 / c as f32);
+                            for i in 0..c {
+                                dxr[i] = (dyr[i] * w[i] - m1 - xhat[i] * m2) * rstd;
+                            }
+                        }
+                        acc
+                    },
+                )
             })
             .collect();
         let tail = &mut out[n..];
@@ -248,18 +270,77 @@ fn spans(lens: &[usize]) -> Vec<(usize, usize)> {
         .collect()
 }
 
-/// Softmax of causal scores for one sequence and head: p[t][j] for j ≤ t, row-major T×T.
-fn attention_probs(qkv: &[f32], t_len: usize, e: usize, h: usize, hd: usize, p: &mut [f32]) {
-    let scale = 1.0 / (hd as f32).sqrt();
-    for t in 0..t_len {
-        let q = &qkv[t * 3 * e + h * hd..][..hd];
-        let row = &mut p[t * t_len..(t + 1) * t_len];
-        for j in 0..=t {
-            let k = &qkv[j * 3 * e + e + h * hd..][..hd];
-            row[j] = fastmath::dot(q, k) * scale;
+/// One head of one sequence, gathered so that every inner loop of the attention runs over
+/// keys: q row-major (T×hd), k and v transposed (hd×W). Head sizes are small (3 to 88 in the
+/// studies), so loops over the head dimension would use a fraction of a vector; T is not.
+/// Rows of keys are padded to W, a whole number of vectors: query t works on the keys up to
+/// `span(t)`, the ones after t with probability exactly 0, so no loop has a scalar tail.
+struct Head {
+    t_len: usize,
+    hd: usize,
+    /// Row stride of kt, vt and p: T rounded up to whole vectors. Pad columns stay zero.
+    w: usize,
+    q: Vec<f32>,
+    kt: Vec<f32>,
+    vt: Vec<f32>,
+    /// Causal softmax, T rows of W; row t is 0 after key t.
+    p: Vec<f32>,
+}
+
+impl Head {
+    fn new(t_len: usize, hd: usize) -> Head {
+        let w = t_len.next_multiple_of(fastmath::LANES);
+        Head {
+            t_len,
+            hd,
+            w,
+            q: vec![0.0; t_len * hd],
+            kt: vec![0.0; hd * w],
+            vt: vec![0.0; hd * w],
+            p: vec![0.0; t_len * w],
         }
-        fastmath::softmax_in_place(&mut row[..=t]);
-        row[t + 1..].fill(0.0);
+    }
+
+    /// The keys query t works on: 0..=t rounded up to whole vectors.
+    #[inline(always)]
+    fn span(t: usize) -> usize {
+        (t + 1).next_multiple_of(fastmath::LANES)
+    }
+
+    /// Gather head `h` of the q|k|v rows `x` (T rows of 3E) and compute its probabilities.
+    #[inline(always)]
+    fn load(&mut self, x: &[f32], e: usize, h: usize) {
+        let (hd, w) = (self.hd, self.w);
+        for t in 0..self.t_len {
+            let row = &x[t * 3 * e + h * hd..];
+            self.q[t * hd..][..hd].copy_from_slice(&row[..hd]);
+            for i in 0..hd {
+                self.kt[i * w + t] = row[e + i];
+                self.vt[i * w + t] = row[2 * e + i];
+            }
+        }
+        let scale = 1.0 / (hd as f32).sqrt();
+        for t in 0..self.t_len {
+            let n = Head::span(t);
+            let row = &mut self.p[t * w..][..n];
+            row.fill(0.0);
+            for i in 0..hd {
+                fastmath::axpy(row, self.q[t * hd + i] * scale, &self.kt[i * w..][..n]);
+            }
+            fastmath::masked_softmax(row, t + 1);
+        }
+    }
+
+    /// Query t's probabilities over `span(t)` keys.
+    #[inline(always)]
+    fn probs(&self, t: usize) -> &[f32] {
+        &self.p[t * self.w..][..Head::span(t)]
+    }
+
+    /// Row `i` of a transposed (hd×W) buffer, over query t's `span(t)` keys.
+    #[inline(always)]
+    fn keys(buf: &[f32], w: usize, i: usize, t: usize) -> &[f32] {
+        &buf[i * w..][..Head::span(t)]
     }
 }
 
@@ -301,21 +382,23 @@ impl CustomOp1 for CausalAttention {
             .into_par_iter()
             .zip(spans.par_iter())
             .for_each(|(yb, &(start, t_len))| {
-                let xb = &qkv[start * e3..(start + t_len) * e3];
-                let mut p = vec![0f32; t_len * t_len];
-                for h in 0..self.n_head {
-                    attention_probs(xb, t_len, e, h, hd, &mut p);
-                    for t in 0..t_len {
-                        let out = &mut yb[t * e + h * hd..][..hd];
-                        for j in 0..=t {
-                            let pj = p[t * t_len + j];
-                            let v = &xb[j * e3 + 2 * e + h * hd..][..hd];
-                            for (o, vv) in out.iter_mut().zip(v) {
-                                *o += pj * vv;
+                fastmath::wide(
+                    #[inline(always)]
+                    || {
+                        let xb = &qkv[start * e3..(start + t_len) * e3];
+                        let mut hb = Head::new(t_len, hd);
+                        for h in 0..self.n_head {
+                            hb.load(xb, e, h);
+                            for t in 0..t_len {
+                                let p = hb.probs(t);
+                                for i in 0..hd {
+                                    yb[t * e + h * hd + i] =
+                                        fastmath::dot(p, Head::keys(&hb.vt, hb.w, i, t));
+                                }
                             }
                         }
-                    }
-                }
+                    },
+                )
             });
         Ok((CpuStorage::F32(y), Shape::from((n, e))))
     }
@@ -362,39 +445,52 @@ impl candle_core::CustomOp2 for CausalAttentionBwd {
             .into_par_iter()
             .zip(self.spans.par_iter())
             .for_each(|(dxb, &(start, t_len))| {
-                let xb = &qkv[start * e3..(start + t_len) * e3];
-                let dyb = &dy[start * e..(start + t_len) * e];
-                let mut p = vec![0f32; t_len * t_len];
-                let mut dp = vec![0f32; t_len];
-                for h in 0..self.n_head {
-                    attention_probs(xb, t_len, e, h, hd, &mut p);
-                    for t in 0..t_len {
-                        let dyt = &dyb[t * e + h * hd..][..hd];
-                        // dp_j = dy_t · v_j; dv_j += p_tj dy_t
-                        let mut dot = 0f32;
-                        for j in 0..=t {
-                            let v = &xb[j * e3 + 2 * e + h * hd..][..hd];
-                            dp[j] = fastmath::dot(dyt, v);
-                            let pj = p[t * t_len + j];
-                            dot += dp[j] * pj;
-                            let dv = &mut dxb[j * e3 + 2 * e + h * hd..][..hd];
-                            for (d, g) in dv.iter_mut().zip(dyt) {
-                                *d += pj * g;
+                fastmath::wide(
+                    #[inline(always)]
+                    || {
+                        let xb = &qkv[start * e3..(start + t_len) * e3];
+                        let dyb = &dy[start * e..(start + t_len) * e];
+                        let mut hb = Head::new(t_len, hd);
+                        let w = hb.w;
+                        let (mut dkt, mut dvt) = (vec![0f32; hd * w], vec![0f32; hd * w]);
+                        let (mut dp, mut ds) = (vec![0f32; w], vec![0f32; w]);
+                        for h in 0..self.n_head {
+                            hb.load(xb, e, h);
+                            dkt.fill(0.0);
+                            dvt.fill(0.0);
+                            for t in 0..t_len {
+                                let (p, n) = (hb.probs(t), Head::span(t));
+                                let dyt = &dyb[t * e + h * hd..][..hd];
+                                // dp_j = dy_t · v_j
+                                let dp = &mut dp[..n];
+                                dp.fill(0.0);
+                                for (i, &g) in dyt.iter().enumerate() {
+                                    fastmath::axpy(dp, g, Head::keys(&hb.vt, w, i, t));
+                                }
+                                // ds_j = scale · p_j (dp_j − Σ p dp), 0 after key t with p
+                                let dot = fastmath::dot(p, dp);
+                                let ds = &mut ds[..n];
+                                for j in 0..n {
+                                    ds[j] = p[j] * (dp[j] - dot) * scale;
+                                }
+                                // dq_t = Σ_j ds_j k_j; dk_j += ds_j q_t; dv_j += p_j dy_t
+                                let q = &hb.q[t * hd..][..hd];
+                                for i in 0..hd {
+                                    dxb[t * e3 + h * hd + i] =
+                                        fastmath::dot(ds, Head::keys(&hb.kt, w, i, t));
+                                    fastmath::axpy(&mut dkt[i * w..][..n], q[i], ds);
+                                    fastmath::axpy(&mut dvt[i * w..][..n], dyt[i], p);
+                                }
+                            }
+                            for j in 0..t_len {
+                                for i in 0..hd {
+                                    dxb[j * e3 + e + h * hd + i] = dkt[i * w + j];
+                                    dxb[j * e3 + 2 * e + h * hd + i] = dvt[i * w + j];
+                                }
                             }
                         }
-                        // ds_j = p_j (dp_j − Σ p dp); dq_t += scale ds_j k_j; dk_j += scale ds_j q_t
-                        for j in 0..=t {
-                            let ds = p[t * t_len + j] * (dp[j] - dot) * scale;
-                            let (qi, ki) = (t * e3 + h * hd, j * e3 + e + h * hd);
-                            for i in 0..hd {
-                                dxb[qi + i] += ds * xb[ki + i];
-                            }
-                            for i in 0..hd {
-                                dxb[ki + i] += ds * xb[qi + i];
-                            }
-                        }
-                    }
-                }
+                    },
+                )
             });
         Ok((CpuStorage::F32(dqkv), l.shape().clone()))
     }
@@ -428,9 +524,15 @@ impl CustomOp1 for Gelu {
         y.par_chunks_mut(1 << 14)
             .zip(x.par_chunks(1 << 14))
             .for_each(|(yc, xc)| {
-                for (y, &x) in yc.iter_mut().zip(xc) {
-                    *y = 0.5 * x * (1.0 + fastmath::tanh(GELU_C * (x + GELU_A * x * x * x)));
-                }
+                fastmath::wide(
+                    #[inline(always)]
+                    || {
+                        for (y, &x) in yc.iter_mut().zip(xc) {
+                            *y =
+                                0.5 * x * (1.0 + fastmath::tanh(GELU_C * (x + GELU_A * x * x * x)));
+                        }
+                    },
+                )
             });
         Ok((CpuStorage::F32(y), l.shape().clone()))
     }
@@ -461,12 +563,17 @@ impl candle_core::CustomOp2 for GeluBwd {
         dx.par_chunks_mut(1 << 14)
             .zip(x.par_chunks(1 << 14).zip(dy.par_chunks(1 << 14)))
             .for_each(|(dc, (xc, gc))| {
-                for ((d, &x), &g) in dc.iter_mut().zip(xc).zip(gc) {
-                    let u = GELU_C * (x + GELU_A * x * x * x);
-                    let th = fastmath::tanh(u);
-                    let du = GELU_C * (1.0 + 3.0 * GELU_A * x * x);
-                    *d = g * (0.5 * (1.0 + th) + 0.5 * x * (1.0 - th * th) * du);
-                }
+                fastmath::wide(
+                    #[inline(always)]
+                    || {
+                        for ((d, &x), &g) in dc.iter_mut().zip(xc).zip(gc) {
+                            let u = GELU_C * (x + GELU_A * x * x * x);
+                            let th = fastmath::tanh(u);
+                            let du = GELU_C * (1.0 + 3.0 * GELU_A * x * x);
+                            *d = g * (0.5 * (1.0 + th) + 0.5 * x * (1.0 - th * th) * du);
+                        }
+                    },
+                )
             });
         Ok((CpuStorage::F32(dx), l.shape().clone()))
     }
@@ -604,9 +711,14 @@ fn head_softmax(x: &[f32], w: &[f32], e: usize, v: usize, tgt: &[u32], out: &mut
         .par_chunks_mut(v)
         .zip(tgt.par_iter())
         .map(|(row, &t)| {
-            let target = row[t as usize];
-            let (max, sum) = fastmath::softmax_in_place(row);
-            (max + sum.ln() - target) as f64
+            fastmath::wide(
+                #[inline(always)]
+                || {
+                    let target = row[t as usize];
+                    let (max, sum) = fastmath::softmax_in_place(row);
+                    (max + sum.ln() - target) as f64
+                },
+            )
         })
         .collect();
     losses.iter().sum()

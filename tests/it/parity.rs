@@ -273,3 +273,52 @@ fn five_adamw_steps_match_pytorch() {
         }
     }
 }
+
+/// `scripts/make_attention_fixture.py`: the causal attention of packed sequences in float64
+/// PyTorch at head sizes 1, 3, 6, 8 and 88 and lengths 1 to 64.
+const ATTENTION_FIXTURE: &str = "tests/fixtures/attention.safetensors";
+/// The fused attention against float64, relative to each tensor's largest magnitude (all
+/// above 1 here, so `close`'s floor of 1 does not loosen it).
+const TOL_ATTENTION: f32 = 1e-5;
+
+#[test]
+fn attention_matches_pytorch_at_every_head_size_and_length() {
+    let bytes = std::fs::read(crate::util::root().join(ATTENTION_FIXTURE)).unwrap();
+    let (_, st) = safetensors::SafeTensors::read_metadata(&bytes).unwrap();
+    let meta = st.metadata().clone().unwrap_or_default();
+    let t = candle_core::safetensors::load_buffer(&bytes, &Device::Cpu).unwrap();
+    let mut cases: Vec<&String> = meta.keys().collect();
+    cases.sort();
+    assert_eq!(cases.len(), 6, "cases in {ATTENTION_FIXTURE}: {cases:?}");
+    for key in cases {
+        let c = key.strip_suffix(".n_head").expect("only .n_head metadata");
+        let n_head: usize = meta[key].parse().unwrap();
+        let lens: Vec<usize> = t[&format!("{c}.lens")]
+            .to_vec1::<i64>()
+            .unwrap()
+            .iter()
+            .map(|&l| l as usize)
+            .collect();
+        assert_eq!(
+            lens.iter().max(),
+            Some(&64),
+            "{c}: the longest sequence a config allows"
+        );
+        let qkv = candle_core::Var::from_tensor(&t[&format!("{c}.qkv")]).unwrap();
+        let y = lab::model::ops::causal_attention(qkv.as_tensor(), &lens, n_head).unwrap();
+        close(&format!("{c} y"), &y, &t[&format!("{c}.y")], TOL_ATTENTION);
+        let grads = (y * &t[&format!("{c}.dy")])
+            .unwrap()
+            .sum_all()
+            .unwrap()
+            .backward()
+            .unwrap();
+        let d = grads.get(qkv.as_tensor()).expect("a gradient for qkv");
+        close(
+            &format!("{c} dqkv"),
+            d,
+            &t[&format!("{c}.dqkv")],
+            TOL_ATTENTION,
+        );
+    }
+}
