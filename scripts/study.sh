@@ -8,6 +8,8 @@
 #
 # The specs run side by side, one run at a time each with an equal share of the cores; each
 # spec's results directory (one shared, or one each) is committed, collected and reported.
+# STUDY_JOBS (default 1) runs that many runs of each spec at once, the cores shared equally
+# (small models use one core better than two: STUDY_JOBS=2 with one spec on 2 cores).
 # STUDY_COMMIT=0 leaves git alone; STUDY_EVERY (seconds, default 120) is the commit interval.
 set -euo pipefail
 [ $# -ge 1 ] || { echo "usage: scripts/study.sh SPEC..." >&2; exit 2; }
@@ -33,7 +35,8 @@ bin=target/study/$(echo "${dirs[0]}" | tr / _)
 mkdir -p "$bin" && cp target/release/lab "$bin/lab.new" && mv "$bin/lab.new" "$bin/lab"
 lab=$bin/lab
 cores=$(nproc)
-threads=$(( cores / $# > 0 ? cores / $# : 1 ))
+jobs=${STUDY_JOBS:-1}
+threads=$(( cores / ($# * jobs) > 0 ? cores / ($# * jobs) : 1 ))
 
 commit() {
   [ "${STUDY_COMMIT:-1}" = 1 ] || return 0
@@ -52,8 +55,8 @@ pids=()
 for spec in "$@"; do
   log="checkpoints/study-$(basename "$spec" .toml).log"
   mkdir -p checkpoints
-  echo "running $spec ($threads threads); log: $log"
-  "$lab" sweep run "$spec" --backend local --jobs 1 --threads "$threads" >>"$log" 2>&1 &
+  echo "running $spec ($jobs at a time, $threads threads each); log: $log"
+  "$lab" sweep run "$spec" --backend local --jobs "$jobs" --threads "$threads" >>"$log" 2>&1 &
   pids+=($!)
 done
 while :; do

@@ -120,6 +120,16 @@ pub struct DataConfig {
     pub max_constraints: u32,
     /// Longest training path searched. Paper: 10.
     pub h_max_train: u32,
+    /// Base paths per hop of the tuning split (`tune.jsonl`): queries built like the eval
+    /// set's on pairs disjoint from it and held out of training too, so that hyperparameters
+    /// are chosen on `tune/loss` and never on the eval queries (SPEC Revision: a tuning
+    /// split). 0, the default, builds none and leaves the data as it was, byte for byte.
+    #[serde(skip_serializing_if = "is_zero")]
+    pub tune_base_paths_per_hop: u32,
+}
+
+fn is_zero(n: &u32) -> bool {
+    *n == 0
 }
 
 impl Default for DataConfig {
@@ -133,6 +143,7 @@ impl Default for DataConfig {
             p_geom: 0.5,
             max_constraints: 4,
             h_max_train: 10,
+            tune_base_paths_per_hop: 0,
         }
     }
 }

@@ -19,6 +19,8 @@ pub enum Purpose {
     Teacherless,
     Hash,
     EvalHash,
+    TunePairs,
+    TuneQueries,
 }
 
 impl Purpose {
@@ -35,6 +37,8 @@ impl Purpose {
             Purpose::Teacherless => "teacherless",
             Purpose::Hash => "hash",
             Purpose::EvalHash => "eval-hash",
+            Purpose::TunePairs => "tune-pairs",
+            Purpose::TuneQueries => "tune-queries",
         }
     }
 }

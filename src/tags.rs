@@ -10,6 +10,8 @@ pub const TRAIN_MFU: &str = "train/mfu";
 /// Logged at every evaluated epoch: the key that marks an eval line of `metrics.jsonl`.
 pub const VAL_LOSS: &str = "val/loss";
 pub const VAL_LOSS_HASH: &str = "val/loss_hash";
+/// The same loss on the tuning split (`tune.jsonl`): what selection reads, never the eval set.
+pub const TUNE_LOSS: &str = "tune/loss";
 
 /// Greedy evaluation of the eval set.
 pub const CREATIVITY: &str = "eval/creativity";

@@ -121,22 +121,25 @@ pub fn pair_key(u: Node, v: Node) -> u64 {
 fn pairs_at_distance(
     cfg: &Config,
     g: &Graph,
+    split: Split,
     h: u32,
+    taken: &HashSet<u64>,
     rng: &mut ChaCha8Rng,
 ) -> Result<Vec<(Node, Node)>, ConfigError> {
-    let want = cfg.data.base_paths_per_hop as usize;
+    let want = split.base_paths(cfg) as usize;
     let mut searcher = Searcher::new(g);
     let mut alive: Vec<Node> = (0..g.n_nodes() as Node).collect();
     let mut at_h: HashMap<Node, Vec<Node>> = HashMap::new();
-    let mut used = HashSet::new();
+    let mut used = taken.clone();
     let mut pairs = Vec::with_capacity(want);
     while pairs.len() < want {
         if alive.is_empty() {
             return Err(cfg.field_error(
                 "data.eval_hops",
                 format!(
-                    "hop {h}: only {} node pairs lie at distance {h}, need {want} (data.base_paths_per_hop)",
-                    pairs.len()
+                    "hop {h}: only {} node pairs lie at distance {h}, need {want} ({})",
+                    pairs.len(),
+                    split.field()
                 ),
             ));
         }
@@ -186,17 +189,59 @@ pub fn nth_bit(mut set: u32, n: u32) -> u32 {
     set.trailing_zeros()
 }
 
-/// Build the whole eval set. Pairs per hop and queries per base pair each use their own
-/// random stream, so the result does not depend on the thread count.
+/// A set of queries built by the eval set's recipe: the eval set itself, or the tuning split
+/// (`tune.jsonl`), whose pairs avoid the eval set's and whose draws use streams of their own.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Split {
+    Eval,
+    Tune,
+}
+
+impl Split {
+    fn base_paths(self, cfg: &Config) -> u32 {
+        match self {
+            Split::Eval => cfg.data.base_paths_per_hop,
+            Split::Tune => cfg.data.tune_base_paths_per_hop,
+        }
+    }
+
+    fn field(self) -> &'static str {
+        match self {
+            Split::Eval => "data.base_paths_per_hop",
+            Split::Tune => "data.tune_base_paths_per_hop",
+        }
+    }
+
+    fn purposes(self) -> (Purpose, Purpose) {
+        match self {
+            Split::Eval => (Purpose::EvalPairs, Purpose::EvalQueries),
+            Split::Tune => (Purpose::TunePairs, Purpose::TuneQueries),
+        }
+    }
+}
+
+/// Build the whole eval set.
 pub fn build(cfg: &Config, g: &Graph) -> Result<Vec<EvalQuery>, ConfigError> {
+    build_split(cfg, g, Split::Eval, &HashSet::new())
+}
+
+/// Build a split whose pairs avoid `taken` (`pair_key`s). Pairs per hop and queries per base
+/// pair each use their own random stream, so the result does not depend on the thread count.
+pub fn build_split(
+    cfg: &Config,
+    g: &Graph,
+    split: Split,
+    taken: &HashSet<u64>,
+) -> Result<Vec<EvalQuery>, ConfigError> {
     let seed = cfg.graph.seed;
+    let (pair_purpose, query_purpose) = split.purposes();
     let pairs: Vec<(u32, Vec<(Node, Node)>)> = cfg
         .data
         .eval_hops
         .par_iter()
         .map(|&h| {
-            let mut rng = stream(seed, Purpose::EvalPairs, h as u64);
-            pairs_at_distance(cfg, g, h, &mut rng).map(|p| (h, p))
+            let mut rng = stream(seed, pair_purpose, h as u64);
+            pairs_at_distance(cfg, g, split, h, taken, &mut rng).map(|p| (h, p))
         })
         .collect::<Result<_, _>>()?;
     let bases: Vec<(u32, Node, Node)> = pairs
@@ -211,7 +256,7 @@ pub fn build(cfg: &Config, g: &Graph) -> Result<Vec<EvalQuery>, ConfigError> {
         .map_init(
             || Searcher::new(g),
             |searcher, (i, &(h, u, v))| {
-                let mut rng = stream(seed, Purpose::EvalQueries, i as u64);
+                let mut rng = stream(seed, query_purpose, i as u64);
                 let mut q = Query {
                     u,
                     v,

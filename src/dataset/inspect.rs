@@ -134,14 +134,24 @@ pub fn summary(dir: &DataDir) -> Result<String> {
         m.rejections.no_path, m.rejections.holdout_redraws
     );
 
-    let held = holdout(&eval);
+    let tune = dir.tune()?.unwrap_or_default();
+    if !tune.is_empty() {
+        let _ = writeln!(
+            w,
+            "tuning split: {} queries over {} pairs, none of them an eval pair: {}",
+            tune.len(),
+            holdout(&tune).len(),
+            holdout(&tune).is_disjoint(&holdout(&eval))
+        );
+    }
+    let held = holdout(&[eval.as_slice(), tune.as_slice()].concat());
     let leaks = train
         .iter()
         .filter(|ex| held.contains(&pair_key(ex.query.u, ex.query.v)))
         .count();
     let _ = writeln!(
         w,
-        "\nholdout check: {} ({} training examples use one of the {} eval pairs, either direction)",
+        "\nholdout check: {} ({} training examples use one of the {} eval and tuning pairs, either direction)",
         if leaks == 0 { "ok" } else { "FAILED" },
         leaks,
         held.len()

@@ -19,12 +19,14 @@ use crate::fsutil::{StagingDir, write_atomic};
 use crate::graph::{Graph, label_char};
 use crate::progress;
 use crate::tokenizer::Vocab;
-use evalset::{EvalLine, EvalQuery, pair_key};
+use evalset::{EvalLine, EvalQuery, Split, pair_key};
 use example::Example;
 
 pub const MANIFEST: &str = "manifest.json";
 pub const GRAPH: &str = "graph.txt";
 pub const EVAL: &str = "eval.jsonl";
+/// The tuning split, when `data.tune_base_paths_per_hop` > 0.
+pub const TUNE: &str = "tune.jsonl";
 pub const HOLDOUT: &str = "holdout.txt";
 pub const TRAIN: &str = "train.txt";
 pub const TOKENIZER: &str = "tokenizer.json";
@@ -67,6 +69,9 @@ pub struct Counts {
     pub isolated_nodes: u64,
     pub eval_queries: u64,
     pub eval_pairs: u64,
+    /// Queries of the tuning split (absent when there is none).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub tune_queries: u64,
     /// Eval pairs that are edges of the graph.
     pub eval_edges: u64,
     /// Eval edges that no training path walks along.
@@ -113,7 +118,11 @@ pub fn eval_edge_stats(g: &Graph, eval: &[EvalQuery], train: &[Example]) -> (u64
     )
 }
 
-/// The held-out pairs: every eval {u, v}.
+fn is_zero(n: &u64) -> bool {
+    *n == 0
+}
+
+/// The held-out pairs: every {u, v} of the given queries.
 pub fn holdout(eval: &[EvalQuery]) -> HashSet<u64> {
     eval.iter()
         .map(|q| pair_key(q.query.u, q.query.v))
@@ -183,9 +192,14 @@ fn build_into(cfg: &Config, dir: &Path) -> Result<Manifest> {
     let t_graph = t0.elapsed().as_secs_f64();
     spin.set_message("eval set");
     let eval = evalset::build(cfg, &g)?;
+    let tune = match cfg.data.tune_base_paths_per_hop {
+        0 => Vec::new(),
+        _ => evalset::build_split(cfg, &g, Split::Tune, &holdout(&eval))?,
+    };
     let t_eval = t0.elapsed().as_secs_f64() - t_graph;
     spin.finish_and_clear();
-    let held = holdout(&eval);
+    let held_out: Vec<EvalQuery> = eval.iter().chain(&tune).cloned().collect();
+    let held = holdout(&held_out);
     let bar = progress::bar(0, "exploration");
     let train = trainset::build(cfg, &g, &held, &bar)?;
     bar.finish_and_clear();
@@ -194,13 +208,20 @@ fn build_into(cfg: &Config, dir: &Path) -> Result<Manifest> {
     let vocab = Vocab::new(&g);
     let mut files: Vec<(&str, Vec<u8>)> = Vec::new();
     files.push((GRAPH, g.to_text().into_bytes()));
-    let mut eval_text = String::new();
-    for q in &eval {
-        eval_text.push_str(&serde_json::to_string(&q.to_line(&g))?);
-        eval_text.push('\n');
+    let jsonl = |queries: &[EvalQuery]| -> Result<Vec<u8>> {
+        let mut text = String::new();
+        for q in queries {
+            text.push_str(&serde_json::to_string(&q.to_line(&g))?);
+            text.push('\n');
+        }
+        Ok(text.into_bytes())
+    };
+    files.push((EVAL, jsonl(&eval)?));
+    if !tune.is_empty() {
+        files.push((TUNE, jsonl(&tune)?));
     }
-    files.push((EVAL, eval_text.into_bytes()));
-    let mut pairs: Vec<(u32, u32)> = eval
+    let eval_pairs = holdout(&eval).len();
+    let mut pairs: Vec<(u32, u32)> = held_out
         .iter()
         .map(|q| (q.query.u.min(q.query.v), q.query.u.max(q.query.v)))
         .collect();
@@ -240,7 +261,8 @@ fn build_into(cfg: &Config, dir: &Path) -> Result<Manifest> {
             edges: g.edges.len() as u64,
             isolated_nodes: degrees.iter().filter(|&&d| d == 0).count() as u64,
             eval_queries: eval.len() as u64,
-            eval_pairs: pairs.len() as u64,
+            eval_pairs: eval_pairs as u64,
+            tune_queries: tune.len() as u64,
             eval_edges,
             eval_edges_unseen_in_train: unseen,
             train_examples: train.examples.len() as u64,
@@ -323,7 +345,19 @@ impl DataDir {
     }
 
     pub fn eval(&self) -> Result<Vec<EvalQuery>> {
-        let path = self.dir.join(EVAL);
+        self.queries(EVAL)
+    }
+
+    /// The tuning split's queries, or None when the data has none.
+    pub fn tune(&self) -> Result<Option<Vec<EvalQuery>>> {
+        match self.manifest.counts.tune_queries {
+            0 => Ok(None),
+            _ => self.queries(TUNE).map(Some),
+        }
+    }
+
+    fn queries(&self, file: &str) -> Result<Vec<EvalQuery>> {
+        let path = self.dir.join(file);
         let text = std::fs::read_to_string(&path)
             .with_context(|| format!("{}: cannot read", path.display()))?;
         text.lines()

@@ -13,6 +13,8 @@ use serde::{Deserialize, Serialize};
 use crate::fsutil::{StagingDir, write_atomic};
 use crate::rundir::{CONFIG, DONE};
 use crate::sweep::PlanRow;
+use crate::sweep::spec::{Keep, KeepAnswers};
+use crate::tags;
 
 /// Written last into an exported run: its presence means the export is complete.
 pub const META: &str = "run.meta.json";
@@ -43,10 +45,33 @@ pub fn gzip(bytes: &[u8]) -> Result<Vec<u8>> {
     Ok(enc.finish()?)
 }
 
+/// Every evaluation's line of `metrics.jsonl` and every `every`th training step's.
+fn thin_metrics(bytes: Vec<u8>, every: u64) -> Result<Vec<u8>> {
+    if every <= 1 {
+        return Ok(bytes);
+    }
+    let text = String::from_utf8(bytes).context("metrics.jsonl: not UTF-8")?;
+    let mut out = String::new();
+    for line in text.lines() {
+        let v: serde_json::Value =
+            serde_json::from_str(line).context("metrics.jsonl: a line is not JSON")?;
+        let step = v
+            .get("step")
+            .and_then(serde_json::Value::as_u64)
+            .unwrap_or(0);
+        if v.get(tags::VAL_LOSS).is_some() || step.is_multiple_of(every) {
+            out.push_str(line);
+            out.push('\n');
+        }
+    }
+    Ok(out.into_bytes())
+}
+
 /// Copy a finished run's small files from `meta.plan.dir` into `results`, replacing an older
-/// export of it: `config.toml`, `metrics.jsonl`, `eval/epoch-NN.summary.json` and the scored
-/// answers `eval/epoch-NN.jsonl.gz`, and the final `trainer_state.json`.
-pub fn export(results: &Path, meta: &Meta) -> Result<PathBuf> {
+/// export of it: `config.toml`, `metrics.jsonl` (thinned as `keep` says), every
+/// `eval/epoch-NN.summary.json`, the scored answers `eval/epoch-NN.jsonl.gz` that `keep`
+/// keeps, and the final `trainer_state.json`.
+pub fn export(results: &Path, keep: &Keep, meta: &Meta) -> Result<PathBuf> {
     let src = &meta.plan.dir;
     let stage = StagingDir::new(&run_dir(results, &meta.plan.run))?;
     // One file of the run, transformed, to its place in the export.
@@ -58,7 +83,9 @@ pub fn export(results: &Path, meta: &Meta) -> Result<PathBuf> {
     };
     let same = |b: Vec<u8>| Ok(b);
     put(CONFIG, CONFIG, &same)?;
-    put("metrics.jsonl", "metrics.jsonl", &same)?;
+    put("metrics.jsonl", "metrics.jsonl", &|b| {
+        thin_metrics(b, keep.metrics_every)
+    })?;
     // The final trainer state (steps, tokens, FLOPs, training seconds): what the run cost.
     if src.join(DONE).exists() {
         put(DONE, "trainer_state.json", &same)?;
@@ -73,11 +100,17 @@ pub fn export(results: &Path, meta: &Meta) -> Result<PathBuf> {
         })
         .collect();
     names.sort();
+    let last_answers = names.iter().rev().find(|n| n.ends_with(".jsonl")).cloned();
     for n in names {
         let from = format!("eval/{n}");
+        let keep_answers = match keep.answers {
+            KeepAnswers::All => true,
+            KeepAnswers::Last => last_answers.as_ref() == Some(&n),
+            KeepAnswers::None => false,
+        };
         if n.ends_with(".summary.json") {
             put(&from, &from, &same)?;
-        } else {
+        } else if keep_answers {
             put(&from, &format!("{from}.gz"), &|b| gzip(&b))?;
         }
     }

@@ -99,6 +99,7 @@ impl Sweep {
         }
         export::export(
             res,
+            &self.spec.keep,
             &export::Meta {
                 sweep: self.spec.name.clone(),
                 bucket: collect::bucket_label(&self.spec.name, target),

@@ -32,6 +32,37 @@ struct SpecFile {
     /// Where finished runs are exported for committing (relative to the spec file); runs
     /// found there are not trained again.
     results: Option<PathBuf>,
+    /// What an export keeps of each run (`[export]`); everything by default.
+    #[serde(default)]
+    export: Keep,
+}
+
+/// What `lab sweep export` copies of a finished run: a study of a hundred runs would add
+/// hundreds of MB to every clone with every answer and every step's metrics.
+#[derive(Clone, Debug, Deserialize, PartialEq, Eq)]
+#[serde(deny_unknown_fields, default)]
+pub struct Keep {
+    /// Scored answers of every evaluated epoch (`all`), of the last one (`last`), or `none`.
+    pub answers: KeepAnswers,
+    /// Keep every Nth training step's line of `metrics.jsonl` (and every evaluation's line).
+    pub metrics_every: u64,
+}
+
+impl Default for Keep {
+    fn default() -> Keep {
+        Keep {
+            answers: KeepAnswers::All,
+            metrics_every: 1,
+        }
+    }
+}
+
+#[derive(Clone, Copy, Debug, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "lowercase")]
+pub enum KeepAnswers {
+    All,
+    Last,
+    None,
 }
 
 /// A size bucket: the target non-embedding parameter count 12·L·E² (one, or a list of
@@ -96,6 +127,8 @@ pub struct Spec {
     pub base: PathBuf,
     /// The results directory, resolved against the spec's folder.
     pub results: Option<PathBuf>,
+    /// What an export keeps.
+    pub keep: Keep,
 }
 
 /// `section.field` paths of a nested table of leaves, in file order.
@@ -148,6 +181,9 @@ impl Spec {
                     file.name
                 ),
             ));
+        }
+        if file.export.metrics_every == 0 {
+            return Err(err("export.metrics_every", "must be at least 1".into()));
         }
         let base_path = path.parent().unwrap_or(Path::new(".")).join(&file.base);
         let base_text = std::fs::read_to_string(&base_path)
@@ -351,6 +387,7 @@ impl Spec {
             name: file.name,
             runs,
             results: file.results.map(|r| dir.join(r)),
+            keep: file.export,
             base: base_path,
         })
     }

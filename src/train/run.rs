@@ -405,6 +405,10 @@ fn train_in(
         let v = validation_loss(&model, &cache.val, b, &[])?;
         val_loss = Some(v);
         let mut figures = vec![(tags::VAL_LOSS.to_string(), v)];
+        if let Some(tune) = &cache.tune {
+            let t = validation_loss(&model, tune, b, &[])?;
+            figures.push((tags::TUNE_LOSS.to_string(), t));
+        }
         if cfg.train.hash_prefix > 0 {
             // A hash-conditioned model never sees a sequence without a prefix: also its loss
             // after the prefix its greedy evaluation gives each query.

@@ -101,10 +101,11 @@ impl Sequences {
     }
 }
 
-/// The training and validation sequences of a data directory.
+/// The training and validation sequences of a data directory, and the tuning split's.
 pub struct TokenCache {
     pub train: Sequences,
     pub val: Sequences,
+    pub tune: Option<Sequences>,
 }
 
 fn cache_path(dir: &Path, what: &str) -> PathBuf {
@@ -134,9 +135,8 @@ pub fn load_or_build(data: &DataDir) -> Result<TokenCache> {
             .with_context(|| format!("{}: cannot read train.txt", data.dir.display()))?;
         Ok(text.lines().map(str::to_string).collect())
     })?;
-    let val = load("val", &|| {
-        Ok(data
-            .eval()?
+    let lines = |queries: Vec<crate::dataset::evalset::EvalQuery>| -> Vec<String> {
+        queries
             .iter()
             .map(|q| {
                 Example {
@@ -145,9 +145,16 @@ pub fn load_or_build(data: &DataDir) -> Result<TokenCache> {
                 }
                 .to_line(&data.graph)
             })
-            .collect())
-    })?;
-    Ok(TokenCache { train, val })
+            .collect()
+    };
+    let val = load("val", &|| Ok(lines(data.eval()?)))?;
+    let tune = match data.manifest.counts.tune_queries {
+        0 => None,
+        _ => Some(load("tune", &|| {
+            Ok(lines(data.tune()?.unwrap_or_default()))
+        })?),
+    };
+    Ok(TokenCache { train, val, tune })
 }
 
 #[cfg(test)]
