@@ -483,6 +483,9 @@ fn run_sweep(cmd: SweepCommand) -> Result<Exit> {
             let s = Sweep::load(&spec, &overrides(&set)?)?;
             let plan = s.plan()?;
             print!("{}", sweep::plan_table(&plan));
+            for c in &s.spec.choices {
+                println!("selected {}", c.line());
+            }
             println!(
                 "{} runs; plan written to {}",
                 plan.len(),

@@ -5,6 +5,7 @@
 pub mod collect;
 pub mod export;
 pub mod local;
+pub mod select;
 pub mod slurm;
 pub mod spec;
 
@@ -21,6 +22,10 @@ use crate::model::GptConfig;
 use crate::rundir::checkpoint::{self, TrainerState};
 use crate::rundir::{DONE, markers};
 use spec::Spec;
+
+/// The selections of a sweep with `[[select]]`, in its sweep directory and (prefixed with the
+/// sweep's name) beside its exported runs.
+pub const SELECTION: &str = "selection.json";
 
 /// One row of the plan.
 #[derive(Clone, Debug, Serialize, Deserialize)]
@@ -77,6 +82,11 @@ impl Sweep {
         todo.into_iter().map(|t| t.1).collect()
     }
 
+    /// The spec's selections as JSON (`[[select]]`): what was chosen, from what, and why.
+    fn selection_json(&self) -> Result<Vec<u8>> {
+        Ok((serde_json::to_string_pretty(&self.spec.choices)? + "\n").into_bytes())
+    }
+
     /// Export one finished run to the spec's results directory, with the spec and its base
     /// config beside the runs; does nothing without `results`.
     pub fn export(&self, row: &PlanRow) -> Result<()> {
@@ -89,6 +99,12 @@ impl Sweep {
             .iter()
             .find(|p| p.name == row.run)
             .and_then(|p| p.target);
+        if !self.spec.choices.is_empty() {
+            std::fs::create_dir_all(res)
+                .with_context(|| format!("{}: cannot create directory", res.display()))?;
+            let name = format!("{}.{SELECTION}", self.spec.name);
+            write_atomic(&res.join(name), &self.selection_json()?)?;
+        }
         for f in [&self.spec.path, &self.spec.base] {
             let bytes =
                 std::fs::read(f).with_context(|| format!("{}: cannot read", f.display()))?;
@@ -222,6 +238,9 @@ impl Sweep {
         )?;
         let table = plan_table(&rows);
         write_atomic(&self.dir.join("plan.txt"), table.as_bytes())?;
+        if !self.spec.choices.is_empty() {
+            write_atomic(&self.dir.join(SELECTION), &self.selection_json()?)?;
+        }
         Ok(rows)
     }
 }

@@ -10,6 +10,7 @@ use sha2::{Digest, Sha256};
 use toml::Value;
 
 use crate::config::{Config, Override, hex, set_path};
+use crate::sweep::select::{Candidates, Choice, SelectSpec};
 
 /// The file as written.
 #[derive(Debug, Deserialize)]
@@ -35,6 +36,9 @@ struct SpecFile {
     /// What an export keeps of each run (`[export]`); everything by default.
     #[serde(default)]
     export: Keep,
+    /// Axes whose value comes from an earlier sweep's runs (`[[select]]`).
+    #[serde(default)]
+    select: Vec<SelectSpec>,
 }
 
 /// What `lab sweep export` copies of a finished run: a study of a hundred runs would add
@@ -129,6 +133,8 @@ pub struct Spec {
     pub results: Option<PathBuf>,
     /// What an export keeps.
     pub keep: Keep,
+    /// The selections made for the runs (`[[select]]`), one per setting, in run order.
+    pub choices: Vec<Choice>,
 }
 
 /// `section.field` paths of a nested table of leaves, in file order.
@@ -339,16 +345,46 @@ impl Spec {
                 })
                 .collect();
         }
-        let mut runs = Vec::new();
-        let mut seen = BTreeMap::new();
-        for (target, combo) in combos {
+        let mut selections = Vec::new();
+        for s in &file.select {
+            if swept.contains(&s.key) || set.iter().any(|(k, _)| *k == s.key) {
+                return Err(err(
+                    "select.key",
+                    format!(
+                        "{} is already set or swept here; it can only be selected",
+                        s.key
+                    ),
+                ));
+            }
+            selections.push(Candidates::load(path, s)?);
+        }
+        let resolve = |combo: &[(String, Value)]| -> Result<Config> {
             let mut doc = base.clone();
-            for (k, v) in set.iter().chain(&combo) {
+            for (k, v) in set.iter().chain(combo) {
                 set_path(&mut doc, k, v.clone());
             }
             doc.remove("name");
             let text = toml::to_string(&doc)?;
-            let probe = Config::from_toml(&text, path, &file.name)?;
+            Ok(Config::from_toml(&text, path, &file.name)?)
+        };
+        let mut runs = Vec::new();
+        let mut choices: Vec<Choice> = Vec::new();
+        let mut seen = BTreeMap::new();
+        for (target, mut combo) in combos {
+            let mut probe = resolve(&combo)?;
+            for c in &selections {
+                let m = &probe.model;
+                let (value, choice) = c
+                    .choose([m.n_layer, m.n_embd, m.n_head], &combo)
+                    .map_err(|e| anyhow::anyhow!("{}: {e:#}", path.display()))?;
+                combo.push((c.key().to_string(), value));
+                if !choices.iter().any(|x| x.line() == choice.line()) {
+                    choices.push(choice);
+                }
+            }
+            if !selections.is_empty() {
+                probe = resolve(&combo)?;
+            }
             let hash = hex(&Sha256::digest(probe.run_hash().as_bytes()))[..8].to_string();
             let m = &probe.model;
             let mut name = format!("{}-L{}-E{}-H{}", file.name, m.n_layer, m.n_embd, m.n_head);
@@ -388,6 +424,7 @@ impl Spec {
             runs,
             results: file.results.map(|r| dir.join(r)),
             keep: file.export,
+            choices,
             base: base_path,
         })
     }

@@ -476,3 +476,124 @@ fn sbatch_values_with_control_characters_are_refused() {
         );
     }
 }
+
+/// Two-stage tuning from files: a tuning sweep on the tuning split, then a seeds sweep whose
+/// `[[select]]` takes each depth's lr from the tuning runs as exported, the lowest `tune/loss`
+/// winning; a selection before the tuning runs exist, or on an eval-set metric, is refused.
+#[test]
+fn a_seeds_sweep_selects_each_depths_lr_from_the_tuning_runs() {
+    let ws = workspace();
+    let smoke = std::fs::read_to_string(ws.path().join("sweeps/smoke.toml")).unwrap();
+    let common = smoke
+        .replace("epochs = 2", "epochs = 1")
+        .replace(
+            "base_paths_per_hop = 5    # 100 eval queries",
+            "base_paths_per_hop = 5\ntune_base_paths_per_hop = 2",
+        )
+        .replace(
+            "[grid.model]\nn_layer = [1, 2]\n\n[grid.train]\nseed = [0, 1]",
+            "",
+        );
+    let tune = common.replace(
+        "name = \"smoke\"",
+        "name = \"tune\"\nresults = \"../results/t\"",
+    ) + "[grid.model]\nn_layer = [1, 2]\n[grid.train]\nlr = [1e-4, 3e-3]\nseed = [0]\n\
+           [export]\nanswers = \"none\"\nmetrics_every = 5\n";
+    let seeds = common.replace(
+        "name = \"smoke\"",
+        "name = \"seeds\"\nresults = \"../results/t\"",
+    ) + "[grid.model]\nn_layer = [1, 2]\n[grid.train]\nseed = [1, 2]\n\
+           [[select]]\nkey = \"train.lr\"\nfrom = \"tune.toml\"\nmetric = \"tune/loss\"\n";
+    std::fs::write(ws.path().join("sweeps/tune.toml"), &tune).unwrap();
+    std::fs::write(ws.path().join("sweeps/seeds.toml"), &seeds).unwrap();
+    let early = run_expect(
+        lab(ws.path()).args(["sweep", "plan", "sweeps/seeds.toml"]),
+        2,
+    );
+    let err = String::from_utf8_lossy(&early.stderr);
+    assert!(
+        err.contains("4 of 4 runs") && err.contains("not exported"),
+        "{err}"
+    );
+
+    run_expect(
+        lab(ws.path()).args(["sweep", "run", "sweeps/tune.toml", "--backend", "local"]),
+        0,
+    );
+    // The expected choice, from the exported files themselves.
+    let mut best: std::collections::BTreeMap<String, (f64, String)> = Default::default();
+    let runs = ws.path().join("results/t/runs");
+    for e in std::fs::read_dir(&runs).unwrap() {
+        let dir = e.unwrap().path();
+        let name = dir.file_name().unwrap().to_string_lossy().to_string();
+        let lines = metrics(&dir);
+        let tune_loss = lines
+            .iter()
+            .rev()
+            .find_map(|l| l["tune/loss"].as_f64())
+            .unwrap_or_else(|| panic!("{name}: no tune/loss"));
+        assert!(lines.iter().any(|l| l.get("val/loss").is_some()));
+        assert!(
+            lines
+                .iter()
+                .all(|l| l.get("val/loss").is_some() || l["step"].as_u64().unwrap() % 5 == 0),
+            "{name}: metrics thinned to every 5th step"
+        );
+        let answers = std::fs::read_dir(dir.join("eval"))
+            .unwrap()
+            .filter(|f| {
+                f.as_ref()
+                    .unwrap()
+                    .path()
+                    .to_string_lossy()
+                    .ends_with(".gz")
+            })
+            .count();
+        assert_eq!(answers, 0, "{name}: answers = \"none\"");
+        let depth = name.split('-').nth(1).unwrap().to_string();
+        let lr = name.split("-lr").nth(1).unwrap().split('-').next().unwrap();
+        let e = best.entry(depth).or_insert((f64::INFINITY, String::new()));
+        if tune_loss < e.0 {
+            *e = (tune_loss, lr.to_string());
+        }
+    }
+    assert_eq!(best.len(), 2, "{best:?}");
+    let out = run_expect(
+        lab(ws.path()).args(["sweep", "plan", "sweeps/seeds.toml"]),
+        0,
+    );
+    let text = String::from_utf8_lossy(&out.stdout);
+    for (depth, (_, lr)) in &best {
+        let l = &depth[1..];
+        let line = text
+            .lines()
+            .find(|x| {
+                x.starts_with(&format!(
+                    "selected train.lr for n_embd=32 n_head=2 n_layer={l}:"
+                ))
+            })
+            .unwrap_or_else(|| panic!("{text}"));
+        assert!(
+            line.contains(&format!(": {lr} (lowest tune/loss")),
+            "{line}"
+        );
+        for seed in [1, 2] {
+            let run = format!("seeds-{depth}-E32-H2-seed{seed}-lr{lr}-");
+            assert!(text.contains(&run), "{run} in\n{text}");
+        }
+    }
+    let sel: Value = serde_json::from_slice(
+        &std::fs::read(ws.path().join("checkpoints/seeds/selection.json")).unwrap(),
+    )
+    .unwrap();
+    assert_eq!(sel.as_array().unwrap().len(), 2, "{sel}");
+
+    let bad = seeds.replace("metric = \"tune/loss\"", "metric = \"val/loss\"");
+    std::fs::write(ws.path().join("sweeps/seeds.toml"), bad).unwrap();
+    let out = run_expect(
+        lab(ws.path()).args(["sweep", "plan", "sweeps/seeds.toml"]),
+        2,
+    );
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("computed on the eval queries"), "{err}");
+}
