@@ -249,17 +249,18 @@ impl Sweep {
 pub fn plan_table(rows: &[PlanRow]) -> String {
     let w = rows.iter().map(|r| r.run.len()).max().unwrap_or(3).max(3);
     let mut out = format!(
-        "{:w$}  {:>3} {:>5} {:>3} {:>12} {:>12} {:>10} {:>10}\n",
-        "run", "L", "E", "H", "params", "non-emb", "est FLOPs", "with head"
+        "{:w$}  {:>3} {:>5} {:>3} {:>5} {:>12} {:>12} {:>10} {:>10}\n",
+        "run", "L", "E", "H", "L×E", "params", "non-emb", "est FLOPs", "with head"
     );
     for r in rows {
         let _ = writeln!(
             out,
-            "{:w$}  {:>3} {:>5} {:>3} {:>12} {:>12} {:>10.2e} {:>10.2e}",
+            "{:w$}  {:>3} {:>5} {:>3} {:>5} {:>12} {:>12} {:>10.2e} {:>10.2e}",
             r.run,
             r.n_layer,
             r.n_embd,
             r.n_head,
+            r.n_layer * r.n_embd,
             r.total_params,
             r.non_embedding_params,
             r.est_flops,

@@ -21,6 +21,10 @@ pub struct SelectSpec {
     pub key: String,
     pub from: PathBuf,
     pub metric: String,
+    /// Fields not compared when matching runs (`["model.n_embd", "model.n_head"]`: one
+    /// choice per depth, for variants whose widths or heads the tuning sweep did not train).
+    #[serde(default)]
+    pub ignore: Vec<String>,
 }
 
 /// Metrics that are computed on the eval queries: selecting on them would tune on the test set.
@@ -72,19 +76,21 @@ pub struct Candidates {
     runs: Vec<(BTreeMap<String, String>, String, f64)>,
 }
 
-/// A run's setting as selection compares it: the model shape and its axes but `skip`.
+/// A run's setting as selection compares it: the model shape and its axes, but the selected
+/// key, the seed and what `s` ignores.
 fn setting(
+    s: &SelectSpec,
     shape: [u32; 3],
     axes: impl Iterator<Item = (String, String)>,
-    skip: &str,
 ) -> BTreeMap<String, String> {
-    let mut s: BTreeMap<String, String> = ["model.n_layer", "model.n_embd", "model.n_head"]
+    let keep = |k: &str| k != s.key && k != "train.seed" && !s.ignore.iter().any(|i| i == k);
+    ["model.n_layer", "model.n_embd", "model.n_head"]
         .iter()
-        .zip(shape)
-        .map(|(k, v)| (k.to_string(), v.to_string()))
-        .collect();
-    s.extend(axes.filter(|(k, _)| k != skip && k != "train.seed"));
-    s
+        .map(|k| k.to_string())
+        .zip(shape.iter().map(u32::to_string))
+        .chain(axes)
+        .filter(|(k, _)| keep(k))
+        .collect()
 }
 
 impl Candidates {
@@ -133,7 +139,7 @@ impl Candidates {
             let m = &p.config.model;
             let axes = p.axes.iter().map(|(k, v)| (k.clone(), v.to_string()));
             runs.push((
-                setting([m.n_layer, m.n_embd, m.n_head], axes, &s.key),
+                setting(s, [m.n_layer, m.n_embd, m.n_head], axes),
                 value,
                 metric,
             ));
@@ -160,9 +166,9 @@ impl Candidates {
     /// a tie goes to the earlier candidate).
     pub fn choose(&self, shape: [u32; 3], axes: &[(String, Value)]) -> Result<(Value, Choice)> {
         let mine = setting(
+            &self.spec,
             shape,
             axes.iter().map(|(k, v)| (k.clone(), v.to_string())),
-            &self.spec.key,
         );
         let matching: Vec<&(BTreeMap<String, String>, String, f64)> = self
             .runs

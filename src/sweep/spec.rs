@@ -81,6 +81,70 @@ pub struct Bucket {
     /// E is rounded to a multiple of this. SPEC §8: 32 (64 made "1M" span 0.79–1.57M).
     #[serde(default = "default_round")]
     pub round: u32,
+    /// What the bucket holds fixed as the depth changes (SPEC Revision).
+    #[serde(default)]
+    pub fixed: Fixed,
+    /// Head counts whose head size E/H falls below this are left out (0: none are).
+    #[serde(default)]
+    pub min_head_size: u32,
+    /// The depth whose model all three `fixed` rules share (default: the middle depth).
+    pub anchor: Option<u32>,
+}
+
+/// What a bucket holds fixed across its depths (SPEC Revision: what a bucket holds fixed).
+/// The two alternatives are anchored on the bucket's middle depth, so that all three give the
+/// same model there and differ only away from it.
+#[derive(Clone, Copy, Debug, Default, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "snake_case")]
+pub enum Fixed {
+    /// 12·L·E² = target: the non-embedding parameters (SPEC §8; the default).
+    #[default]
+    NonEmbedding,
+    /// Every parameter, the embedding table included, as many as the anchor model has.
+    Total,
+    /// L×E as the anchor model's: the paper's §4.1 text.
+    LTimesE,
+}
+
+impl Bucket {
+    /// The anchor depth: `anchor`, or the middle of the sorted depths.
+    fn anchor(&self) -> u32 {
+        let mut l = self.n_layer.clone();
+        l.sort_unstable();
+        self.anchor.unwrap_or(l[(l.len() - 1) / 2])
+    }
+
+    /// E for depth `l` at `target`, where `embed_rows` is the vocabulary (padded) plus the
+    /// positions: the rows of the embedding tables, which only `Fixed::Total` counts. The
+    /// anchor's E rounds to `round` as the default rule's does; the alternatives' widths round
+    /// to the least common multiple of the head counts, which is finer and keeps every head.
+    pub fn width(&self, target: u64, l: u32, embed_rows: u64) -> u32 {
+        let gcd = |mut a: u32, mut b: u32| {
+            while b != 0 {
+                (a, b) = (b, a % b);
+            }
+            a
+        };
+        let step = self
+            .n_head
+            .iter()
+            .fold(1, |m, &h| m / gcd(m, h.max(1)) * h.max(1)) as f64;
+        let round = |e: f64| (((e / step).round() * step) as u32).max(step as u32);
+        let la = self.anchor();
+        let ea = bucket_width(target, la, self.round) as f64;
+        match self.fixed {
+            Fixed::NonEmbedding => bucket_width(target, l, self.round),
+            Fixed::LTimesE => round(la as f64 * ea / l as f64),
+            Fixed::Total => {
+                // total(L, E) = 12L·E² + (rows + 13L + 2)·E (GptConfig::total_params).
+                let total =
+                    |l: f64, e: f64| 12.0 * l * e * e + (embed_rows as f64 + 13.0 * l + 2.0) * e;
+                let want = total(la as f64, ea);
+                let (a, b) = (12.0 * l as f64, embed_rows as f64 + 13.0 * l as f64 + 2.0);
+                round((-b + (b * b + 4.0 * a * want).sqrt()) / (2.0 * a))
+            }
+        }
+    }
 }
 
 fn default_round() -> u32 {
@@ -232,6 +296,15 @@ impl Spec {
             }
             lists.push((k, items));
         }
+        let resolve = |combo: &[(String, Value)]| -> Result<Config> {
+            let mut doc = base.clone();
+            for (k, v) in set.iter().chain(combo) {
+                set_path(&mut doc, k, v.clone());
+            }
+            doc.remove("name");
+            let text = toml::to_string(&doc)?;
+            Ok(Config::from_toml(&text, path, &file.name)?)
+        };
         // The bucket's (target, L, E, H) combinations form one more axis.
         // A bucket target (if any) and the fields set so far, per combination.
         type Combo = (Option<u64>, Vec<(String, Value)>);
@@ -247,13 +320,24 @@ impl Spec {
                 return Err(err("bucket.round", "must be at least 1".into()));
             }
             shapes.clear();
+            let embed_rows = {
+                let c = resolve(&[])?;
+                let g = &c.graph;
+                let vocab = crate::tokenizer::Vocab {
+                    node_len: g.node_len,
+                    n_nodes: g.n_nodes.unwrap_or(26u64.pow(g.node_len)) as u32,
+                    n_labels: g.n_labels,
+                };
+                let gpt = crate::model::GptConfig::new(&c, vocab.n_tokens());
+                (gpt.vocab_size + gpt.n_positions) as u64
+            };
             for (target, &l) in b
                 .target
                 .list()
                 .into_iter()
                 .flat_map(|t| b.n_layer.iter().map(move |l| (t, l)))
             {
-                let e = bucket_width(target, l, b.round);
+                let e = b.width(target, l, embed_rows);
                 let min_h = *b.n_head.iter().min().unwrap();
                 if l == 0 || e < min_h || e == 0 {
                     return Err(err(
@@ -267,7 +351,7 @@ impl Spec {
                     .n_head
                     .iter()
                     .copied()
-                    .filter(|h| e.is_multiple_of(*h) && *h <= e)
+                    .filter(|h| e.is_multiple_of(*h) && *h <= e && e / *h >= b.min_head_size)
                     .collect();
                 if heads.is_empty() {
                     return Err(err(
@@ -358,15 +442,6 @@ impl Spec {
             }
             selections.push(Candidates::load(path, s)?);
         }
-        let resolve = |combo: &[(String, Value)]| -> Result<Config> {
-            let mut doc = base.clone();
-            for (k, v) in set.iter().chain(combo) {
-                set_path(&mut doc, k, v.clone());
-            }
-            doc.remove("name");
-            let text = toml::to_string(&doc)?;
-            Ok(Config::from_toml(&text, path, &file.name)?)
-        };
         let mut runs = Vec::new();
         let mut choices: Vec<Choice> = Vec::new();
         let mut seen = BTreeMap::new();
@@ -448,6 +523,59 @@ mod tests {
         assert_eq!(bucket_width(1_000_000, 4, 32), 160);
         assert_eq!(bucket_width(1_000_000, 4, 64), 128);
         assert_eq!(bucket_width(10_000_000, 6, 32), 384);
+    }
+
+    /// The three rules share the anchor's model and hold their own quantity: non-embedding
+    /// parameters, total parameters (within the rounding of E to whole heads), or L×E.
+    #[test]
+    fn what_a_bucket_holds_fixed() {
+        let bucket = |fixed| Bucket {
+            target: Targets::One(100_000),
+            n_layer: vec![1, 2, 4, 8, 16],
+            n_head: vec![4],
+            round: 8,
+            fixed,
+            min_head_size: 0,
+            anchor: None,
+        };
+        let rows = 2112 + 64; // the repro-cpu vocabulary, padded, and 64 positions
+        let total = |l: u32, e: u32| {
+            let (l, e) = (l as f64, e as f64);
+            12.0 * l * e * e + (rows as f64 + 13.0 * l + 2.0) * e
+        };
+        for fixed in [Fixed::NonEmbedding, Fixed::Total, Fixed::LTimesE] {
+            assert_eq!(
+                bucket(fixed).width(100_000, 4, rows),
+                48,
+                "{fixed:?} at the anchor"
+            );
+        }
+        let b = bucket(Fixed::NonEmbedding);
+        assert_eq!(
+            [1, 2, 8, 16].map(|l| b.width(100_000, l, rows)),
+            [88, 64, 32, 24]
+        );
+        let b = bucket(Fixed::LTimesE);
+        assert_eq!(
+            [1, 2, 8, 16].map(|l| l * b.width(100_000, l, rows)),
+            [192; 4]
+        );
+        let b = bucket(Fixed::Total);
+        for l in [1, 2, 8, 16] {
+            let e = b.width(100_000, l, rows);
+            assert_eq!(e % 4, 0, "whole heads");
+            let ratio = total(l, e) / total(4, 48);
+            assert!(
+                (0.9..1.1).contains(&ratio),
+                "L = {l}: E = {e}, {ratio:.3} of the anchor"
+            );
+        }
+        let anchored = Bucket {
+            anchor: Some(4),
+            n_layer: vec![1, 16],
+            ..bucket(Fixed::LTimesE)
+        };
+        assert_eq!(anchored.width(100_000, 16, rows), 12, "an explicit anchor");
     }
 
     #[test]
