@@ -17,7 +17,8 @@ specs=()
 for s in "$@"; do specs+=("$(realpath "$s")"); done
 set -- "${specs[@]}"
 cd "$(dirname "$0")/.."
-cargo build --release --quiet
+built=1
+cargo build --release --quiet || built=0
 # Each spec's results directory (specs may share one, as the depth and width sweeps do).
 results_of() {
   local r
@@ -32,7 +33,12 @@ for spec in "$@"; do
 done
 # A copy of its own, so that rebuilding the lab while the study runs cannot change its runs.
 bin=target/study/$(echo "${dirs[0]}" | tr / _)
-mkdir -p "$bin" && cp target/release/lab "$bin/lab.new" && mv "$bin/lab.new" "$bin/lab"
+# A tree that does not build (mid-edit) leaves the study on the copy it already has.
+if [ $built = 1 ] || [ ! -x "$bin/lab" ]; then
+  mkdir -p "$bin" && cp target/release/lab "$bin/lab.new" && mv "$bin/lab.new" "$bin/lab"
+else
+  echo "the lab does not build; the study continues with $bin/lab" >&2
+fi
 lab=$bin/lab
 cores=$(nproc)
 jobs=${STUDY_JOBS:-1}
