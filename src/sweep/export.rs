@@ -45,23 +45,24 @@ pub fn gzip(bytes: &[u8]) -> Result<Vec<u8>> {
     Ok(enc.finish()?)
 }
 
-/// Every evaluation's line of `metrics.jsonl` and every `every`th training step's.
+/// Every evaluation's line of `metrics.jsonl`, and the first of every `every` training lines.
 fn thin_metrics(bytes: Vec<u8>, every: u64) -> Result<Vec<u8>> {
     if every <= 1 {
         return Ok(bytes);
     }
     let text = String::from_utf8(bytes).context("metrics.jsonl: not UTF-8")?;
     let mut out = String::new();
+    let mut train_lines = 0u64;
     for line in text.lines() {
         let v: serde_json::Value =
             serde_json::from_str(line).context("metrics.jsonl: a line is not JSON")?;
-        let step = v
-            .get("step")
-            .and_then(serde_json::Value::as_u64)
-            .unwrap_or(0);
-        if v.get(tags::VAL_LOSS).is_some() || step.is_multiple_of(every) {
+        let eval = v.get(tags::VAL_LOSS).is_some();
+        if eval || train_lines.is_multiple_of(every) {
             out.push_str(line);
             out.push('\n');
+        }
+        if !eval {
+            train_lines += 1;
         }
     }
     Ok(out.into_bytes())

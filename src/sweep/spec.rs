@@ -48,7 +48,7 @@ struct SpecFile {
 pub struct Keep {
     /// Scored answers of every evaluated epoch (`all`), of the last one (`last`), or `none`.
     pub answers: KeepAnswers,
-    /// Keep every Nth training step's line of `metrics.jsonl` (and every evaluation's line).
+    /// Keep one in N training lines of `metrics.jsonl` (and every evaluation's line).
     pub metrics_every: u64,
 }
 

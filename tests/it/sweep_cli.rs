@@ -532,12 +532,22 @@ fn a_seeds_sweep_selects_each_depths_lr_from_the_tuning_runs() {
             .rev()
             .find_map(|l| l["tune/loss"].as_f64())
             .unwrap_or_else(|| panic!("{name}: no tune/loss"));
-        assert!(lines.iter().any(|l| l.get("val/loss").is_some()));
+        let train_lines = |ls: &[Value]| ls.iter().filter(|l| l.get("val/loss").is_none()).count();
+        let all = metrics(&ws.path().join("checkpoints/tune/runs").join(&name));
         assert!(
-            lines
-                .iter()
-                .all(|l| l.get("val/loss").is_some() || l["step"].as_u64().unwrap() % 5 == 0),
-            "{name}: metrics thinned to every 5th step"
+            train_lines(&all) >= 6,
+            "{name}: {} training lines",
+            train_lines(&all)
+        );
+        assert_eq!(
+            train_lines(&lines),
+            train_lines(&all).div_ceil(5),
+            "{name}: one training line in 5 kept"
+        );
+        assert_eq!(
+            lines.len() - train_lines(&lines),
+            all.len() - train_lines(&all),
+            "{name}: every evaluation kept"
         );
         let answers = std::fs::read_dir(dir.join("eval"))
             .unwrap()
