@@ -8,10 +8,15 @@
 #     position, eager with the head at the loss positions only, and torch.compile of the latter;
 #   - greedy decoding of the paper eval set with (a): `lab eval` against PyTorch with a KV
 #     cache (scripts/bench/torch_decode.py), same weights, prompts and batches;
-#   - the lab's per-op profile (LAB_PROFILE) of each training run and of the decoding.
+#   - the lab's per-op profile (LAB_PROFILE) of each training run and of the decoding;
+#   - "study shapes, 1 thread": the four shapes the depth studies spend their time on (the
+#     repro-cpu world, 100k and 1M buckets at L = 1 and 16), as the studies run them, one
+#     thread per run: lab, PyTorch eager with the head at the loss positions, torch.compile,
+#     lab ÷ compile, and % of the one-thread matmul peak; plus the lab's profile of each.
 #
 # usage: scripts/bench/train.sh [STEPS_A] [STEPS_B]    (run from anywhere; 2 threads unless
-#        RAYON_NUM_THREADS says otherwise; about 10 minutes on 2 cores)
+#        RAYON_NUM_THREADS says otherwise; about 15 minutes on 2 cores)
+#        BENCH_TABLES=study scripts/bench/train.sh      (the study shapes' table alone)
 # The PyTorch side lives in target/bench-py (scripts/bench/requirements.txt, ~5 GB, made on
 # first use). Run it on a quiet machine: anything else on the cores shows in every figure.
 set -euo pipefail
@@ -36,7 +41,8 @@ field() { # FILE KEY: a number from a JSON file
 }
 . scripts/lib.sh
 
-torch_peak=$("$py" - "$threads" <<'EOF'
+mm_peak() { # THREADS: torch.mm's f32 FLOP/s, 1024³, best of 13
+  "$py" - "$1" <<'EOF'
 import sys, time, torch
 torch.set_num_threads(int(sys.argv[1]))
 n = 1024
@@ -45,13 +51,14 @@ best = min((lambda t: (torch.mm(a, b), time.perf_counter() - t)[1])(time.perf_co
            for _ in range(13))
 print(f"{2 * n ** 3 / best:.4g}")
 EOF
-)
+}
 
 declare -A tps flops peak
-train() { # NAME CONFIG STEPS
+train() { # NAME CONFIG STEPS [--set KEY=VALUE ...]
   local name=$1 cfg=$2 steps=$3 log=$out/$1.log
+  shift 3
   LAB_PROFILE=1 $lab train --config "$cfg" --device cpu --max-steps "$steps" --out "$out/$name" \
-    >"$log" 2>&1 || { cat "$log" >&2; exit 1; }
+    "$@" >"$log" 2>&1 || { cat "$log" >&2; exit 1; }
   tps[$name]=$(grep 'throughput:' "$log" | num 'throughput:')
   peak[$name]=$(grep 'MFU against' "$log" | num 'against')
   local st=$out/$name/trainer_state.json
@@ -66,6 +73,47 @@ torch_train() { # NAME L E H STEPS FLAGS...: tokens/s
     --steps "$steps" --threads "$threads" "$@" 2>/dev/null | tail -1 | num ':'
 }
 
+# The study shapes, 1 thread each (issue 21): lab, eager head-at-loss, compile.
+study_table() {
+  local peak1 shapes=("100k L1 E88 H4" "100k L16 E24 H4" "1M L1 E288 H4" "1M L16 E72 H4")
+  peak1=$(mm_peak 1)
+  local rows="" s name l e h eager comp
+  for s in "${shapes[@]}"; do
+    set -- $s
+    name=study-$1-$2; l=${2#L}; e=${3#E}; h=${4#H}
+    RAYON_NUM_THREADS=1 train "$name" configs/repro-cpu.toml 300 \
+      --set model.n_layer="$l" --set model.n_embd="$e" --set model.n_head="$h"
+    eager=$(threads=1 torch_train "$name" "$l" "$e" "$h" 60 --head-at-loss)
+    comp=$(threads=1 torch_train "$name" "$l" "$e" "$h" 60 --compile)
+    rows+="$s|${tps[$name]}|${flops[$name]}|${peak[$name]}|$eager|$comp;"
+  done
+  python3 - "$peak1" "$rows" <<'EOF'
+import sys
+torch_peak, rows = float(sys.argv[1]), [r.split("|") for r in sys.argv[2].split(";") if r]
+peak = max([torch_peak] + [float(r[3]) for r in rows])
+print(f"study shapes, 1 thread (repro-cpu world, batch 64, 300 lab steps, 60 torch steps); "
+      f"one-thread f32 matmul peak {peak / 1e9:.0f} GFLOP/s")
+print()
+print("| shape | lab tokens/s | % of 1-thread peak | torch eager, head at loss "
+      "| torch.compile, head at loss | lab ÷ compile |")
+print("| --- | --- | --- | --- | --- | --- |")
+for shape, lab, fpt, _, eager, comp in rows:
+    lab, fpt, eager, comp = map(float, (lab, fpt, eager, comp))
+    print(f"| {shape} | {lab:,.0f} | {100 * lab * fpt / peak:.0f}% | {eager:,.0f} "
+          f"| {comp:,.0f} | {lab / comp:.2f}x |")
+EOF
+  for s in "${shapes[@]}"; do
+    set -- $s
+    echo
+    echo "(study $s) $(sed -n 's/^profile (LAB_PROFILE)/lab per-op profile/p' "$out/study-$1-$2.log")"
+    sed -n '/^profile (LAB_PROFILE)/,/^[^ ]/p' "$out/study-$1-$2.log" | grep '^  '
+  done
+}
+if [ "${BENCH_TABLES:-all}" = study ]; then
+  study_table
+  exit 0
+fi
+torch_peak=$(mm_peak "$threads")
 train a configs/1m-L4.toml "$steps_a"
 train b configs/10m-L6.toml "$steps_b"
 declare -A full loss comp
@@ -112,3 +160,5 @@ for m in a b decode; do
   echo "($m) $(sed -n 's/^profile (LAB_PROFILE)/lab per-op profile/p' "$out/$m.log")"
   sed -n '/^profile (LAB_PROFILE)/,/^[^ ]/p' "$out/$m.log" | grep '^  '
 done
+echo
+study_table

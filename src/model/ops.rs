@@ -270,77 +270,145 @@ fn spans(lens: &[usize]) -> Vec<(usize, usize)> {
         .collect()
 }
 
-/// One head of one sequence, gathered so that every inner loop of the attention runs over
-/// keys: q row-major (T×hd), k and v transposed (hd×W). Head sizes are small (3 to 88 in the
-/// studies), so loops over the head dimension would use a fraction of a vector; T is not.
-/// Rows of keys are padded to W, a whole number of vectors: query t works on the keys up to
-/// `span(t)`, the ones after t with probability exactly 0, so no loop has a scalar tail.
+/// Keys per block: one 256-bit vector of f32.
+const KB: usize = fastmath::LANES;
+type Block = [f32; KB];
+
+/// One head of one sequence, gathered so that the attention's inner loops work on whole
+/// blocks of 8 keys held in one vector register: q row-major (T×hd), k and v transposed into
+/// hd rows of NB key blocks. Head sizes are small (3 to 88 in the studies), so loops over the
+/// head dimension would use a fraction of a vector; blocks of keys do not, and their length is
+/// known to the compiler, so no loop has a scalar tail. Query t works on the blocks up to the
+/// one holding key t; keys after t have probability exactly 0.
 struct Head {
     t_len: usize,
     hd: usize,
-    /// Row stride of kt, vt and p: T rounded up to whole vectors. Pad columns stay zero.
-    w: usize,
+    /// Key blocks per row: T rounded up to whole blocks.
+    nb: usize,
     q: Vec<f32>,
-    kt: Vec<f32>,
-    vt: Vec<f32>,
-    /// Causal softmax, T rows of W; row t is 0 after key t.
-    p: Vec<f32>,
+    kt: Vec<Block>,
+    vt: Vec<Block>,
+    /// Causal softmax, T rows of NB blocks; row t is 0 after key t.
+    p: Vec<Block>,
+}
+
+/// Σ of a block's lanes, in a fixed order.
+#[inline(always)]
+fn hsum(b: &Block) -> f32 {
+    let h: [f32; 4] = std::array::from_fn(|l| b[l] + b[l + 4]);
+    (h[0] + h[2]) + (h[1] + h[3])
+}
+
+/// acc += a·x, lane by lane.
+#[inline(always)]
+fn fma_block(acc: &mut Block, a: f32, x: &Block) {
+    for l in 0..KB {
+        acc[l] += a * x[l];
+    }
+}
+
+/// Σ_b x[b]·y[b] over whole blocks.
+#[inline(always)]
+fn dot_blocks(x: &[Block], y: &[Block]) -> f32 {
+    let mut acc = [0f32; KB];
+    for (x, y) in x.iter().zip(y) {
+        for l in 0..KB {
+            acc[l] += x[l] * y[l];
+        }
+    }
+    hsum(&acc)
 }
 
 impl Head {
     fn new(t_len: usize, hd: usize) -> Head {
-        let w = t_len.next_multiple_of(fastmath::LANES);
+        let nb = t_len.div_ceil(KB);
         Head {
             t_len,
             hd,
-            w,
+            nb,
             q: vec![0.0; t_len * hd],
-            kt: vec![0.0; hd * w],
-            vt: vec![0.0; hd * w],
-            p: vec![0.0; t_len * w],
+            kt: vec![[0.0; KB]; hd * nb],
+            vt: vec![[0.0; KB]; hd * nb],
+            p: vec![[0.0; KB]; t_len * nb],
         }
     }
 
-    /// The keys query t works on: 0..=t rounded up to whole vectors.
+    /// The blocks query t works on.
     #[inline(always)]
-    fn span(t: usize) -> usize {
-        (t + 1).next_multiple_of(fastmath::LANES)
+    fn blocks(t: usize) -> usize {
+        t / KB + 1
     }
 
     /// Gather head `h` of the q|k|v rows `x` (T rows of 3E) and compute its probabilities.
     #[inline(always)]
     fn load(&mut self, x: &[f32], e: usize, h: usize) {
-        let (hd, w) = (self.hd, self.w);
+        let (hd, nb) = (self.hd, self.nb);
         for t in 0..self.t_len {
             let row = &x[t * 3 * e + h * hd..];
             self.q[t * hd..][..hd].copy_from_slice(&row[..hd]);
             for i in 0..hd {
-                self.kt[i * w + t] = row[e + i];
-                self.vt[i * w + t] = row[2 * e + i];
+                self.kt[i * nb + t / KB][t % KB] = row[e + i];
+                self.vt[i * nb + t / KB][t % KB] = row[2 * e + i];
             }
         }
         let scale = 1.0 / (hd as f32).sqrt();
         for t in 0..self.t_len {
-            let n = Head::span(t);
-            let row = &mut self.p[t * w..][..n];
-            row.fill(0.0);
-            for i in 0..hd {
-                fastmath::axpy(row, self.q[t * hd + i] * scale, &self.kt[i * w..][..n]);
+            let q = &self.q[t * hd..][..hd];
+            let n = Head::blocks(t);
+            let row = &mut self.p[t * nb..][..n];
+            for (b, out) in row.iter_mut().enumerate() {
+                let mut acc = [0f32; KB];
+                for (i, &qi) in q.iter().enumerate() {
+                    fma_block(&mut acc, qi * scale, &self.kt[i * nb + b]);
+                }
+                *out = acc;
             }
-            fastmath::masked_softmax(row, t + 1);
+            // Softmax over keys 0..=t; the rest of the last block is masked to 0.
+            let last = &mut row[n - 1];
+            for l in t % KB + 1..KB {
+                last[l] = f32::NEG_INFINITY;
+            }
+            let mut m = [f32::NEG_INFINITY; KB];
+            for blk in row.iter() {
+                for l in 0..KB {
+                    m[l] = if blk[l] > m[l] { blk[l] } else { m[l] };
+                }
+            }
+            let m = m.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+            let mut sum = [0f32; KB];
+            for blk in row.iter_mut() {
+                for l in 0..KB {
+                    blk[l] = fastmath::exp(blk[l] - m);
+                }
+            }
+            let last = &mut row[n - 1];
+            for l in t % KB + 1..KB {
+                last[l] = 0.0;
+            }
+            for blk in row.iter() {
+                for l in 0..KB {
+                    sum[l] += blk[l];
+                }
+            }
+            let inv = 1.0 / hsum(&sum);
+            for blk in row.iter_mut() {
+                for v in blk.iter_mut() {
+                    *v *= inv;
+                }
+            }
         }
     }
 
-    /// Query t's probabilities over `span(t)` keys.
+    /// Query t's probabilities, over its blocks.
     #[inline(always)]
-    fn probs(&self, t: usize) -> &[f32] {
-        &self.p[t * self.w..][..Head::span(t)]
+    fn probs(&self, t: usize) -> &[Block] {
+        &self.p[t * self.nb..][..Head::blocks(t)]
     }
 
-    /// Row `i` of a transposed (hd×W) buffer, over query t's `span(t)` keys.
+    /// Row `i` of a transposed buffer, over query t's blocks.
     #[inline(always)]
-    fn keys(buf: &[f32], w: usize, i: usize, t: usize) -> &[f32] {
-        &buf[i * w..][..Head::span(t)]
+    fn keys<'a>(&self, buf: &'a [Block], i: usize, t: usize) -> &'a [Block] {
+        &buf[i * self.nb..][..Head::blocks(t)]
     }
 }
 
@@ -392,8 +460,7 @@ impl CustomOp1 for CausalAttention {
                             for t in 0..t_len {
                                 let p = hb.probs(t);
                                 for i in 0..hd {
-                                    yb[t * e + h * hd + i] =
-                                        fastmath::dot(p, Head::keys(&hb.vt, hb.w, i, t));
+                                    yb[t * e + h * hd + i] = dot_blocks(p, hb.keys(&hb.vt, i, t));
                                 }
                             }
                         }
@@ -451,41 +518,49 @@ impl candle_core::CustomOp2 for CausalAttentionBwd {
                         let xb = &qkv[start * e3..(start + t_len) * e3];
                         let dyb = &dy[start * e..(start + t_len) * e];
                         let mut hb = Head::new(t_len, hd);
-                        let w = hb.w;
-                        let (mut dkt, mut dvt) = (vec![0f32; hd * w], vec![0f32; hd * w]);
-                        let (mut dp, mut ds) = (vec![0f32; w], vec![0f32; w]);
+                        let nb = hb.nb;
+                        let (mut dkt, mut dvt) =
+                            (vec![[0f32; KB]; hd * nb], vec![[0f32; KB]; hd * nb]);
+                        let (mut dp, mut ds) = (vec![[0f32; KB]; nb], vec![[0f32; KB]; nb]);
                         for h in 0..self.n_head {
                             hb.load(xb, e, h);
-                            dkt.fill(0.0);
-                            dvt.fill(0.0);
+                            dkt.fill([0.0; KB]);
+                            dvt.fill([0.0; KB]);
                             for t in 0..t_len {
-                                let (p, n) = (hb.probs(t), Head::span(t));
+                                let (p, n) = (hb.probs(t), Head::blocks(t));
                                 let dyt = &dyb[t * e + h * hd..][..hd];
                                 // dp_j = dy_t · v_j
                                 let dp = &mut dp[..n];
-                                dp.fill(0.0);
-                                for (i, &g) in dyt.iter().enumerate() {
-                                    fastmath::axpy(dp, g, Head::keys(&hb.vt, w, i, t));
+                                for (b, out) in dp.iter_mut().enumerate() {
+                                    let mut acc = [0f32; KB];
+                                    for (i, &g) in dyt.iter().enumerate() {
+                                        fma_block(&mut acc, g, &hb.vt[i * nb + b]);
+                                    }
+                                    *out = acc;
                                 }
                                 // ds_j = scale · p_j (dp_j − Σ p dp), 0 after key t with p
-                                let dot = fastmath::dot(p, dp);
+                                let dot = dot_blocks(p, dp);
                                 let ds = &mut ds[..n];
-                                for j in 0..n {
-                                    ds[j] = p[j] * (dp[j] - dot) * scale;
+                                for b in 0..n {
+                                    for l in 0..KB {
+                                        ds[b][l] = p[b][l] * (dp[b][l] - dot) * scale;
+                                    }
                                 }
                                 // dq_t = Σ_j ds_j k_j; dk_j += ds_j q_t; dv_j += p_j dy_t
                                 let q = &hb.q[t * hd..][..hd];
                                 for i in 0..hd {
                                     dxb[t * e3 + h * hd + i] =
-                                        fastmath::dot(ds, Head::keys(&hb.kt, w, i, t));
-                                    fastmath::axpy(&mut dkt[i * w..][..n], q[i], ds);
-                                    fastmath::axpy(&mut dvt[i * w..][..n], dyt[i], p);
+                                        dot_blocks(ds, hb.keys(&hb.kt, i, t));
+                                    for b in 0..n {
+                                        fma_block(&mut dkt[i * nb + b], q[i], &ds[b]);
+                                        fma_block(&mut dvt[i * nb + b], dyt[i], &p[b]);
+                                    }
                                 }
                             }
                             for j in 0..t_len {
                                 for i in 0..hd {
-                                    dxb[j * e3 + e + h * hd + i] = dkt[i * w + j];
-                                    dxb[j * e3 + 2 * e + h * hd + i] = dvt[i * w + j];
+                                    dxb[j * e3 + e + h * hd + i] = dkt[i * nb + j / KB][j % KB];
+                                    dxb[j * e3 + 2 * e + h * hd + i] = dvt[i * nb + j / KB][j % KB];
                                 }
                             }
                         }
