@@ -364,30 +364,24 @@ impl Head {
                 *out = acc;
             }
             // Softmax over keys 0..=t; the rest of the last block is masked to 0.
-            let last = &mut row[n - 1];
-            for l in t % KB + 1..KB {
-                last[l] = f32::NEG_INFINITY;
-            }
+            row[n - 1][t % KB + 1..].fill(f32::NEG_INFINITY);
             let mut m = [f32::NEG_INFINITY; KB];
             for blk in row.iter() {
-                for l in 0..KB {
-                    m[l] = if blk[l] > m[l] { blk[l] } else { m[l] };
+                for (m, &v) in m.iter_mut().zip(blk) {
+                    *m = if v > *m { v } else { *m };
                 }
             }
             let m = m.iter().copied().fold(f32::NEG_INFINITY, f32::max);
-            let mut sum = [0f32; KB];
             for blk in row.iter_mut() {
-                for l in 0..KB {
-                    blk[l] = fastmath::exp(blk[l] - m);
+                for v in blk.iter_mut() {
+                    *v = fastmath::exp(*v - m);
                 }
             }
-            let last = &mut row[n - 1];
-            for l in t % KB + 1..KB {
-                last[l] = 0.0;
-            }
+            row[n - 1][t % KB + 1..].fill(0.0);
+            let mut sum = [0f32; KB];
             for blk in row.iter() {
-                for l in 0..KB {
-                    sum[l] += blk[l];
+                for (s, &v) in sum.iter_mut().zip(blk) {
+                    *s += v;
                 }
             }
             let inv = 1.0 / hsum(&sum);
