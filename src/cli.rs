@@ -40,6 +40,17 @@ pub enum Command {
         #[arg(long = "set", value_name = "KEY=VALUE")]
         set: Vec<String>,
     },
+    /// List the shipped configs and sweep specs, print one, or write one out to start from.
+    Configs {
+        /// A shipped config or sweep spec (with or without `.toml`); none: list them all.
+        name: Option<String>,
+        /// Write it here (a file, or a directory for NAME.toml) instead of printing it.
+        #[arg(long)]
+        out: Option<PathBuf>,
+        /// Replace an existing file at --out.
+        #[arg(long)]
+        force: bool,
+    },
     /// Summarise a data directory: graph, labels, eval grid, path lengths, holdout check.
     Inspect {
         /// The data directory.
@@ -366,6 +377,14 @@ pub fn run(cli: Cli) -> Result<Exit> {
                 m.rejections.no_path
             );
         }
+        Command::Configs { name, out, force } => match (name, out) {
+            (None, _) => print!("{}", crate::shipped::listing()),
+            (Some(n), None) => print!("{}", crate::shipped::text(&n)?),
+            (Some(n), Some(out)) => {
+                let path = crate::shipped::write_out(&n, &out, force)?;
+                println!("wrote {}", path.display());
+            }
+        },
         Command::Inspect { dir } => {
             let data = DataDir::open(&dir)?;
             print!("{}", dataset::inspect::summary(&data)?);

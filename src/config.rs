@@ -466,12 +466,30 @@ pub struct DataIdentity<'a> {
     pub data: &'a DataConfig,
 }
 
-impl Config {
-    pub fn load(path: &Path) -> Result<Config, ConfigError> {
-        let text = std::fs::read_to_string(path).map_err(|e| ConfigError::Read {
+/// The text of a config file, or of the shipped config a missing path names (`tiny`,
+/// `100m-L8.toml`): a file always wins over a shipped name.
+fn read_config(path: &Path) -> Result<String, ConfigError> {
+    match std::fs::read_to_string(path) {
+        Ok(t) => Ok(t),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => crate::shipped::config(path)
+            .map(str::to_string)
+            .ok_or_else(|| ConfigError::Read {
+                file: path.to_path_buf(),
+                reason: format!(
+                    "no such file, and no shipped config of that name (shipped: {}; `lab configs` lists them)",
+                    crate::shipped::config_names()
+                ),
+            }),
+        Err(e) => Err(ConfigError::Read {
             file: path.to_path_buf(),
             reason: e.to_string(),
-        })?;
+        }),
+    }
+}
+
+impl Config {
+    pub fn load(path: &Path) -> Result<Config, ConfigError> {
+        let text = read_config(path)?;
         let stem = path
             .file_stem()
             .map(|s| s.to_string_lossy().into_owned())
@@ -485,10 +503,7 @@ impl Config {
         if overrides.is_empty() {
             return Config::load(path);
         }
-        let text = std::fs::read_to_string(path).map_err(|e| ConfigError::Read {
-            file: path.to_path_buf(),
-            reason: e.to_string(),
-        })?;
+        let text = read_config(path)?;
         parse_toml::<ConfigFile>(&text, path)?;
         let mut doc: toml::Table = parse_toml(&text, path)?;
         for o in overrides {

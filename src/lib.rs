@@ -14,6 +14,7 @@ pub mod report;
 pub mod rng;
 pub mod rundir;
 pub mod search;
+pub mod shipped;
 pub mod sweep;
 pub mod tags;
 pub mod tokenizer;

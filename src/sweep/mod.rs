@@ -106,8 +106,13 @@ impl Sweep {
             write_atomic(&res.join(name), &self.selection_json()?)?;
         }
         for f in [&self.spec.path, &self.spec.base] {
-            let bytes =
-                std::fs::read(f).with_context(|| format!("{}: cannot read", f.display()))?;
+            let shipped = crate::shipped::base_config(f).filter(|_| !f.exists());
+            let bytes = match shipped {
+                Some(text) => text.as_bytes().to_vec(),
+                None => {
+                    std::fs::read(f).with_context(|| format!("{}: cannot read", f.display()))?
+                }
+            };
             let name = f.file_name().context("a file name")?;
             std::fs::create_dir_all(res)
                 .with_context(|| format!("{}: cannot create directory", res.display()))?;

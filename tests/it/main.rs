@@ -11,6 +11,7 @@ mod eval_score;
 mod gpu_check;
 mod parity;
 mod sets;
+mod shipped;
 mod study;
 mod sweep_cli;
 mod tokenizer;
