@@ -206,6 +206,14 @@ pub enum SweepCommand {
         /// Slurm: write the sbatch script and task list, and submit nothing.
         #[arg(long)]
         dry_run: bool,
+        /// Slurm: the lab binary the tasks and the collect job run (for example a CUDA build
+        /// on shared storage, which need not start here); default: this binary.
+        #[arg(long)]
+        lab_binary: Option<PathBuf>,
+        /// Slurm: a shell line run in every task and in the collect job before the lab starts
+        /// (`module load cuda/13.0`), repeatable, in order; after the spec's [slurm] setup.
+        #[arg(long, allow_hyphen_values = true)]
+        setup: Vec<String>,
     },
     /// Each run as pending, running, done or failed.
     Status {
@@ -526,6 +534,8 @@ fn run_sweep(cmd: SweepCommand) -> Result<Exit> {
             signal_secs,
             device,
             dry_run,
+            lab_binary,
+            setup,
         } => {
             let s = Sweep::load(&spec, &overrides(&set)?)?;
             let o = sweep::slurm::Options {
@@ -539,7 +549,10 @@ fn run_sweep(cmd: SweepCommand) -> Result<Exit> {
                 device,
                 dry_run,
                 overrides: set,
-            };
+                lab_binary,
+                setup,
+            }
+            .with_spec(&s.spec);
             if backend == Backend::Slurm {
                 o.validate()?;
             }

@@ -28,12 +28,43 @@ pub struct Options {
     pub dry_run: bool,
     /// The sweep's `--set` overrides, passed on to the collect job.
     pub overrides: Vec<String>,
+    /// The lab the tasks and the collect job run (`--lab-binary`); None: this binary.
+    pub lab_binary: Option<PathBuf>,
+    /// Shell lines run first in every task and in the collect job (`--setup`), in order.
+    pub setup: Vec<String>,
 }
 
 impl Options {
+    /// The spec's `[slurm]` under the command line's: the flag's binary wins, and the spec's
+    /// setup lines run before the flags'.
+    pub fn with_spec(mut self, spec: &crate::sweep::spec::Spec) -> Options {
+        if self.lab_binary.is_none() {
+            self.lab_binary = spec.slurm.lab_binary.clone();
+        }
+        self.setup = spec.slurm.setup.iter().cloned().chain(self.setup).collect();
+        self
+    }
+
+    /// The lab binary the jobs run, as an absolute path.
+    fn lab(&self) -> Result<PathBuf> {
+        match &self.lab_binary {
+            Some(p) => abs(p),
+            None => std::env::current_exe().context("finding the lab binary"),
+        }
+    }
+
     /// Every value that reaches the job script is one line of printable text: a newline would
-    /// end its `#SBATCH` line and start a shell line.
+    /// end its `#SBATCH` line and start a shell line. A `--lab-binary` must be an executable
+    /// file (it is not run here: a CUDA build need not start on a login node).
     pub fn validate(&self) -> Result<()> {
+        if let Some(p) = &self.lab_binary {
+            use std::os::unix::fs::PermissionsExt as _;
+            match std::fs::metadata(p) {
+                Ok(m) if m.is_file() && m.permissions().mode() & 0o111 != 0 => {}
+                Ok(_) => bail!("--lab-binary: {}: not an executable file", p.display()),
+                Err(e) => bail!("--lab-binary: {}: {e}", p.display()),
+            }
+        }
         let one = |flag: &str, v: &str| -> Result<()> {
             if let Some(c) = v.chars().find(|c| c.is_control()) {
                 bail!(
@@ -60,6 +91,9 @@ impl Options {
         }
         for a in &self.overrides {
             one("set", a)?;
+        }
+        for a in &self.setup {
+            one("setup", a)?;
         }
         Ok(())
     }
@@ -103,7 +137,7 @@ pub fn script(
     o: &Options,
     logs: &Path,
 ) -> Result<String> {
-    let lab = std::env::current_exe().context("finding the lab binary")?;
+    let lab = o.lab()?;
     let cwd = std::env::current_dir()?;
     let sweep_dir = abs(&sweep.dir)?;
     let mut s = String::new();
@@ -153,7 +187,18 @@ lab={lab}
 run=$(sed -n "$((SLURM_ARRAY_TASK_ID + 1))p" {tasks})
 dir={sweep_dir}/runs/$run
 mkdir -p "$dir"
-resume=""
+# The setup lines (--setup, [slurm] setup), in order, in this shell: a failing one fails the
+# task, with its message here and in the run's FAILED marker.
+setup() {{
+  echo "setup: $1"
+  eval "$1" || {{
+    rc=$?
+    echo "setup failed (exit $rc): $1" >&2
+    printf '{{"error":"setup failed (exit %d)","exit":%d}}\n' "$rc" "$rc" > "$dir/FAILED"
+    exit "$rc"
+  }}
+}}
+{setup}resume=""
 [ -e "$dir/latest" ] && resume=--resume
 echo "task $SLURM_ARRAY_TASK_ID: run $run on $(hostname), GPUs ${{CUDA_VISIBLE_DEVICES:-none}}, $resume"
 
@@ -184,6 +229,11 @@ exit "$rc"
         sweep_dir = quote(&sweep_dir.to_string_lossy()),
         device = quote(&o.device),
         interrupted = Exit::Interrupted.code(),
+        setup = o
+            .setup
+            .iter()
+            .map(|l| format!("setup {}\n", quote(l)))
+            .collect::<String>(),
     );
     Ok(s)
 }
@@ -246,7 +296,7 @@ pub fn submit(sweep: &Sweep, plan: &[PlanRow], o: &Options) -> Result<Option<Sub
         }));
     }
     let array_job = sbatch(&["--parsable".into(), path.to_string_lossy().into_owned()])?;
-    let lab = std::env::current_exe()?;
+    let lab = o.lab()?;
     let spec = abs(&sweep.spec.path)?;
     let mut args = vec![
         "--parsable".to_string(),
@@ -275,8 +325,13 @@ pub fn submit(sweep: &Sweep, plan: &[PlanRow], o: &Options) -> Result<Option<Sub
     } else {
         String::new()
     };
+    let setup: String = o
+        .setup
+        .iter()
+        .map(|l| format!("eval {} && ", quote(l)))
+        .collect();
     args.push(format!(
-        "--wrap=cd {} && {export}{lab} sweep collect {spec}{sets}",
+        "--wrap=cd {} && {setup}{export}{lab} sweep collect {spec}{sets}",
         quote(&std::env::current_dir()?.to_string_lossy()),
     ));
     let collect_job = sbatch(&args)?;

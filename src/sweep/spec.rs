@@ -39,6 +39,20 @@ struct SpecFile {
     /// Axes whose value comes from an earlier sweep's runs (`[[select]]`).
     #[serde(default)]
     select: Vec<SelectSpec>,
+    /// How the study is launched on Slurm (`[slurm]`), so that the spec records it.
+    #[serde(default)]
+    slurm: SlurmTable,
+}
+
+/// `[slurm]` in a spec: what `--lab-binary` and `--setup` give on the command line (the flag
+/// wins over `lab_binary`; `--setup` lines run after these).
+#[derive(Clone, Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SlurmTable {
+    /// Relative to the spec file.
+    pub lab_binary: Option<PathBuf>,
+    #[serde(default)]
+    pub setup: Vec<String>,
 }
 
 /// What `lab sweep export` copies of a finished run: a study of a hundred runs would add
@@ -199,6 +213,8 @@ pub struct Spec {
     pub keep: Keep,
     /// The selections made for the runs (`[[select]]`), one per setting, in run order.
     pub choices: Vec<Choice>,
+    /// `[slurm]`, with `lab_binary` resolved against the spec's folder.
+    pub slurm: SlurmTable,
 }
 
 /// `section.field` paths of a nested table of leaves, in file order.
@@ -506,6 +522,10 @@ impl Spec {
             results: file.results.map(|r| dir.join(r)),
             keep: file.export,
             choices,
+            slurm: SlurmTable {
+                lab_binary: file.slurm.lab_binary.map(|b| dir.join(b)),
+                setup: file.slurm.setup,
+            },
             base: base_path,
         })
     }

@@ -607,3 +607,118 @@ fn a_seeds_sweep_selects_each_depths_lr_from_the_tuning_runs() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("computed on the eval queries"), "{err}");
 }
+
+/// `--lab-binary` and `--setup` on the real cluster: every task and the collect job run the
+/// given executable (a wrapper that records its calls, then runs the lab) after the setup line
+/// that exports a marker, and the sweep finishes as usual.
+#[test]
+fn slurm_tasks_and_collect_run_the_given_binary_after_the_setup_lines() {
+    if !slurm_allowed() {
+        return;
+    }
+    slurm_up();
+    let ws = workspace();
+    let calls = ws.path().join("calls.txt");
+    let wrapper = ws.path().join("lab-wrapper");
+    std::fs::write(
+        &wrapper,
+        format!(
+            "#!/bin/bash\necho \"${{LAB_TEST_MARKER:-unset}} $1 $2\" >> {}\nexec {} \"$@\"\n",
+            calls.display(),
+            env!("CARGO_BIN_EXE_lab")
+        ),
+    )
+    .unwrap();
+    use std::os::unix::fs::PermissionsExt as _;
+    std::fs::set_permissions(&wrapper, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let out = run_expect(
+        lab(ws.path()).args([
+            "sweep",
+            "run",
+            "sweeps/smoke.toml",
+            "--set",
+            "train.epochs=1",
+            "--backend",
+            "slurm",
+            "--gres",
+            "gpu:1",
+            "--device",
+            "cpu",
+            "--lab-binary",
+            wrapper.to_str().unwrap(),
+            "--setup",
+            "export LAB_TEST_MARKER=from-setup",
+        ]),
+        0,
+    );
+    let (array, collect) = job_ids(&String::from_utf8_lossy(&out.stdout));
+    wait_gone(&array, 600);
+    wait_gone(&collect, 120);
+    let script =
+        std::fs::read_to_string(ws.path().join("checkpoints/smoke/slurm/001/train.sbatch"))
+            .unwrap();
+    assert!(
+        script.contains("setup 'export LAB_TEST_MARKER=from-setup'"),
+        "{script}"
+    );
+    let calls = std::fs::read_to_string(&calls).unwrap();
+    let lines: Vec<&str> = calls.lines().collect();
+    assert_eq!(
+        lines
+            .iter()
+            .filter(|l| **l == "from-setup train --config")
+            .count(),
+        4,
+        "every task through the wrapper, after the setup line:\n{calls}"
+    );
+    assert!(
+        lines.contains(&"from-setup sweep collect"),
+        "the collect job too:\n{calls}"
+    );
+    assert!(
+        lines.iter().all(|l| l.starts_with("from-setup ")),
+        "{calls}"
+    );
+    let rows = lab::report::read_csv(&ws.path().join("checkpoints/smoke/results.csv")).unwrap();
+    assert_eq!(rows.len(), 4, "4 runs x 1 evaluated epoch");
+}
+
+/// A `--lab-binary` that is not an executable file, or a `--setup` line with a control
+/// character, is refused before anything is written.
+#[test]
+fn a_bad_lab_binary_or_setup_line_is_refused_with_nothing_written() {
+    let ws = workspace();
+    let not_exec = ws.path().join("not-executable");
+    std::fs::write(&not_exec, "#!/bin/bash\n").unwrap();
+    for (extra, needle) in [
+        (
+            vec!["--lab-binary", "/nonexistent/lab-cuda"],
+            "--lab-binary",
+        ),
+        (
+            vec!["--lab-binary", not_exec.to_str().unwrap()],
+            "not an executable",
+        ),
+        (vec!["--setup", "module load cuda\nrm -rf /"], "--setup"),
+    ] {
+        let out = run_expect(
+            lab(ws.path())
+                .args([
+                    "sweep",
+                    "run",
+                    "sweeps/smoke.toml",
+                    "--backend",
+                    "slurm",
+                    "--dry-run",
+                ])
+                .args(&extra),
+            2,
+        );
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(err.contains(needle) && err.lines().count() == 1, "{err}");
+        assert!(
+            !ws.path().join("checkpoints").exists(),
+            "{extra:?}: nothing written"
+        );
+    }
+}
