@@ -292,15 +292,42 @@ mod tests {
         }
     }
 
+    /// Pearson's χ² of counts against probabilities, bins with expected count < 5 pooled, and
+    /// its Wilson–Hilferty z score: z > 5 has probability about 3e-7 under the hypothesis.
+    fn chi_square_z(counts: &[usize], probs: &[f64]) -> f64 {
+        let n: usize = counts.iter().sum();
+        let (mut x2, mut bins, mut pool_o, mut pool_e) = (0.0, 0usize, 0.0, 0.0);
+        for (&o, &p) in counts.iter().zip(probs) {
+            let e = p * n as f64;
+            if e < 5.0 {
+                pool_o += o as f64;
+                pool_e += e;
+            } else {
+                x2 += (o as f64 - e).powi(2) / e;
+                bins += 1;
+            }
+        }
+        if pool_e > 0.0 {
+            x2 += (pool_o - pool_e).powi(2) / pool_e.max(1e-12);
+            bins += 1;
+        }
+        let k = (bins - 1) as f64;
+        ((x2 / k).powf(1.0 / 3.0) - (1.0 - 2.0 / (9.0 * k))) / (2.0 / (9.0 * k)).sqrt()
+    }
+
+    /// Draws at each setting fit that setting's distribution (χ², z < 5: a false failure about
+    /// 3e-7 of the time per check) and are rejected against the distribution a defect would
+    /// give (temperature ignored, top-k or top-p ignored, a nucleus of the wrong mass), which
+    /// the logits make differ by far more than the noise of 40,000 draws (z of 40 and more).
     #[test]
     fn draws_follow_the_softmax_and_its_restrictions() {
-        // 300 tokens, so that top-p needs more than the first sorted block of 64.
-        let logits: Vec<f32> = (0..300).map(|i| ((i * 37 % 101) as f32) / 40.0).collect();
-        let freq = |d: Decode, n: usize| {
+        // 300 tokens, logits 0 to 3, so that top-p needs more than the first sorted block of 64.
+        let logits: Vec<f32> = (0..300).map(|i| ((i * 37 % 101) as f32) / 33.0).collect();
+        let counts = |d: Decode| {
             let mut r = stream(5, Purpose::Sampling, 0);
             let mut c = vec![0usize; logits.len()];
-            (0..n).for_each(|_| c[choose(&logits, d, &mut r) as usize] += 1);
-            c.iter().map(|&x| x as f64 / n as f64).collect::<Vec<_>>()
+            (0..40_000).for_each(|_| c[choose(&logits, d, &mut r) as usize] += 1);
+            c
         };
         let softmax = |t: f64, keep: &dyn Fn(usize) -> bool| {
             let w: Vec<f64> = (0..logits.len())
@@ -317,40 +344,72 @@ mod tests {
         };
         let mut order: Vec<usize> = (0..logits.len()).collect();
         order.sort_by(|&a, &b| logits[b].total_cmp(&logits[a]).then(a.cmp(&b)));
-        let close = |got: &[f64], want: &[f64]| {
-            for (i, (g, w)) in got.iter().zip(want).enumerate() {
-                assert!((g - w).abs() < 0.006, "token {i}: {g} against {w}");
+        let full = softmax(1.0, &|_| true);
+        let nucleus = |mass: f64| {
+            let mut acc = 0.0;
+            let n = order
+                .iter()
+                .position(|&i| {
+                    acc += full[i];
+                    acc >= mass
+                })
+                .unwrap();
+            order[..=n].to_vec()
+        };
+        // Fits `want` and not `wrong`; tokens outside `want`'s support are never drawn.
+        let check = |what: &str, got: &[usize], want: &[f64], wrong: &[f64]| {
+            for (i, (&c, &p)) in got.iter().zip(want).enumerate() {
+                assert!(
+                    p > 0.0 || c == 0,
+                    "{what}: token {i} drawn {c} times, outside the set"
+                );
             }
+            let fit = chi_square_z(got, want);
+            assert!(
+                fit < 5.0,
+                "{what}: z = {fit:.1} against its own distribution"
+            );
+            let off = chi_square_z(got, wrong);
+            assert!(
+                off > 10.0,
+                "{what}: z = {off:.1} against the defect's distribution"
+            );
         };
         let sample = |temperature, top_k, top_p| Decode::Sample {
             temperature,
             top_k,
             top_p,
         };
-        close(&freq(sample(0.7, 0, 1.0), 40_000), &softmax(0.7, &|_| true));
+        check(
+            "T = 1",
+            &counts(sample(1.0, 0, 1.0)),
+            &full,
+            &softmax(0.7, &|_| true),
+        );
+        check(
+            "T = 0.7",
+            &counts(sample(0.7, 0, 1.0)),
+            &softmax(0.7, &|_| true),
+            &full,
+        );
         let top10 = &order[..10];
-        close(
-            &freq(sample(1.0, 10, 1.0), 40_000),
+        check(
+            "top-k 10",
+            &counts(sample(1.0, 10, 1.0)),
             &softmax(1.0, &|i| top10.contains(&i)),
+            &softmax(1.0, &|i| order[..20].contains(&i)),
         );
-        // The nucleus of mass 0.9: the most likely tokens until their share reaches 0.9.
-        let full = softmax(1.0, &|_| true);
-        let mut acc = 0.0;
-        let n = order
-            .iter()
-            .position(|&i| {
-                acc += full[i];
-                acc >= 0.9
-            })
-            .unwrap();
+        let (p90, p80) = (nucleus(0.9), nucleus(0.8));
         assert!(
-            n >= 64,
-            "the nucleus spans more than one sorted block ({n})"
+            p90.len() > 64,
+            "the nucleus spans more than one sorted block ({})",
+            p90.len()
         );
-        let nucleus = &order[..=n];
-        close(
-            &freq(sample(1.0, 0, 0.9), 40_000),
-            &softmax(1.0, &|i| nucleus.contains(&i)),
+        check(
+            "top-p 0.9",
+            &counts(sample(1.0, 0, 0.9)),
+            &softmax(1.0, &|i| p90.contains(&i)),
+            &softmax(1.0, &|i| p80.contains(&i)),
         );
     }
 }
