@@ -1,6 +1,6 @@
 //! The README's main job end to end through the real binary: `lab train --config
-//! configs/tiny.toml` writes an evaluation per epoch, and the trained model beats its
-//! untrained self on creativity.
+//! configs/tiny.toml` writes an evaluation per epoch, and its creativity at the last epoch
+//! beats its first epoch's.
 
 use serde_json::Value;
 

@@ -251,7 +251,7 @@ fn score_reports_bad_lines_and_scores_the_rest() {
 }
 
 #[test]
-fn score_prompts_round_trip() {
+fn score_prompts_writes_one_prompt_per_eval_query() {
     let dir = trained();
     let data = lab::rundir::read_run_info(&dir.join("run"))
         .unwrap()

@@ -80,6 +80,7 @@ fn hand_computed_set_score() {
     assert!((want - 9.2619).abs() < 1e-3);
     // γ = 1 just sums the gains; γ = 0.5 discounts them.
     assert!((sets::score(&gr, 1.0) - (n3 + 0.75 * n2 + 0.75 * n1)).abs() < 1e-12);
+    assert!((sets::score(&gr, 0.5) - (n3 + 0.5 * n2 * 0.75 + 0.25 * n1 * 0.75)).abs() < 1e-12);
 
     // A duplicate adds 0 (distance 0 to its twin), and so does an invalid path (f = 0).
     let with_dup = sets::items(&[p1.clone(), p2.clone(), p3.clone(), p1.clone()]);
@@ -161,7 +162,9 @@ proptest! {
         let g = world(seed);
         let q = Query { u, v, include: if inc == 0 { 0 } else { 1 << (inc - 1) }, exclude: 0 };
         let mut s = Searcher::new(&g);
-        let Some((h, _)) = s.shortest_count(&q, 3) else { return Ok(()); };
+        let found = s.shortest_count(&q, 3);
+        prop_assume!(found.is_some(), "no path of at most 3 hops");
+        let (h, _) = found.unwrap();
         let h = h as u32;
         let every = all_valid(&g, &q, (h + 1) as usize);
         prop_assume!(every.len() > 1);
@@ -199,9 +202,9 @@ proptest! {
         let items: Vec<Item> = sets::items(&all_valid(&g, &q, 4)).into_iter().map(|(i, _)| i).collect();
         prop_assume!(items.len() > k);
         let base = &items[..k];
-        let Some(new) = items[k..].iter().find(|p| base.iter().all(|b| distance(&b.edges, &p.edges) == 1.0)) else {
-            return Ok(());
-        };
+        let new = items[k..].iter().find(|p| base.iter().all(|b| distance(&b.edges, &p.edges) == 1.0));
+        prop_assume!(new.is_some(), "no edge-disjoint valid path to add");
+        let new = new.unwrap();
         let mut more = base.to_vec();
         more.push(new.clone());
         let (before, after) = (sets::score(&greedy(base), gamma), sets::score(&greedy(&more), gamma));
