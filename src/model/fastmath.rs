@@ -22,21 +22,6 @@ pub fn wide<R>(f: impl FnOnce() -> R) -> R {
     f()
 }
 
-/// y += a·x over the common length.
-#[inline(always)]
-pub fn axpy(y: &mut [f32], a: f32, x: &[f32]) {
-    let (cy, cx) = (y.chunks_exact_mut(LANES), x.chunks_exact(LANES));
-    for (y, x) in cy.zip(cx) {
-        for i in 0..LANES {
-            y[i] += a * x[i];
-        }
-    }
-    let n = y.len().min(x.len()) / LANES * LANES;
-    for (y, x) in y[n..].iter_mut().zip(&x[n..]) {
-        *y += a * x;
-    }
-}
-
 /// e^x, for x ≤ 88.7 (inputs below −87.3 give about 1e-38 instead of a denormal).
 #[inline(always)]
 pub fn exp(x: f32) -> f32 {
@@ -149,22 +134,6 @@ pub fn softmax_in_place(row: &mut [f32]) -> (f32, f32) {
         *z *= inv;
     }
     (m, s)
-}
-
-/// Softmax of `row[..valid]` in place, with `row[valid..]` set to 0. `row` is a whole number
-/// of vectors long, so every loop runs on full vectors (the masked entries enter as −∞).
-#[inline(always)]
-pub fn masked_softmax(row: &mut [f32], valid: usize) {
-    row[valid..].fill(f32::NEG_INFINITY);
-    let m = max(row);
-    for z in row.iter_mut() {
-        *z = exp(*z - m);
-    }
-    row[valid..].fill(0.0);
-    let inv = 1.0 / sum(row);
-    for z in row.iter_mut() {
-        *z *= inv;
-    }
 }
 
 #[cfg(test)]
