@@ -34,6 +34,17 @@ pub fn base_config(base: &Path) -> Option<&'static str> {
     find(CONFIGS, stem)
 }
 
+/// A spec's base config: the file, or, when there is none, the shipped config of its name (a
+/// spec copied out of the binary then works in any directory).
+pub fn read_base(base: &Path) -> std::io::Result<String> {
+    match std::fs::read_to_string(base) {
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            base_config(base).map(str::to_string).ok_or(e)
+        }
+        other => other,
+    }
+}
+
 /// The shipped names, for an error that says what exists.
 pub fn config_names() -> String {
     CONFIGS

@@ -106,13 +106,9 @@ impl Sweep {
             write_atomic(&res.join(name), &self.selection_json()?)?;
         }
         for f in [&self.spec.path, &self.spec.base] {
-            let shipped = crate::shipped::base_config(f).filter(|_| !f.exists());
-            let bytes = match shipped {
-                Some(text) => text.as_bytes().to_vec(),
-                None => {
-                    std::fs::read(f).with_context(|| format!("{}: cannot read", f.display()))?
-                }
-            };
+            let bytes = crate::shipped::read_base(f)
+                .with_context(|| format!("{}: cannot read", f.display()))?
+                .into_bytes();
             let name = f.file_name().context("a file name")?;
             std::fs::create_dir_all(res)
                 .with_context(|| format!("{}: cannot create directory", res.display()))?;

@@ -273,13 +273,8 @@ impl Spec {
         }
         let base_path = path.parent().unwrap_or(Path::new(".")).join(&file.base);
         // A spec copied out of the binary (`lab configs NAME --out`) finds its base by name.
-        let base_text = match std::fs::read_to_string(&base_path) {
-            Ok(t) => t,
-            Err(e) => crate::shipped::base_config(&file.base)
-                .filter(|_| e.kind() == std::io::ErrorKind::NotFound)
-                .map(str::to_string)
-                .ok_or_else(|| err("base", format!("cannot read {}: {e}", base_path.display())))?,
-        };
+        let base_text = crate::shipped::read_base(&base_path)
+            .map_err(|e| err("base", format!("cannot read {}: {e}", base_path.display())))?;
         Config::from_toml(&base_text, &base_path, &file.name)?;
         let base: toml::Table = toml::from_str(&base_text)?;
 
