@@ -1,6 +1,7 @@
 //! `lab train` through the real binary: bit-identical resume, `kill -9` and resume, a NaN stop
 //! that keeps the last good checkpoint, TensorBoard files that TensorBoard reads, and a clear
-//! one-line error for each kind of bad input.
+//! one-line error for each kind of bad input; teacherless copies at their fraction, bf16 that
+//! differs from fp32 while tracking it.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -119,11 +120,26 @@ fn kill_dash_nine_then_resume_matches_an_uninterrupted_run() {
         state["step"].as_u64().unwrap() >= 20,
         "a mid-epoch checkpoint survived: {state}"
     );
+    // Mark the first logged line. A resume keeps the lines up to its checkpoint as they are
+    // (the mark survives); a run that silently started over from step 0 would rewrite
+    // metrics.jsonl from scratch and, being deterministic, match the straight run anyway.
+    let path = run.join("metrics.jsonl");
+    let text = std::fs::read_to_string(&path).unwrap();
+    let (first, rest) = text.split_once('\n').unwrap();
+    let mut marked: serde_json::Map<String, Value> = serde_json::from_str(first).unwrap();
+    marked.insert("resume_mark".into(), Value::Bool(true));
+    std::fs::write(&path, format!("{}\n{rest}", Value::Object(marked))).unwrap();
     train(tmp.path(), &cfg, "killed", &["--resume"], 0);
     assert!(run.join("DONE").exists());
+    let mut resumed = metrics(&run);
+    assert_eq!(
+        resumed[0].as_object_mut().unwrap().remove("resume_mark"),
+        Some(Value::Bool(true)),
+        "the resume rewrote the lines before its checkpoint: it started over"
+    );
     assert_eq!(
         metrics(&tmp.path().join("straight")),
-        metrics(&run),
+        resumed,
         "same metrics as uninterrupted"
     );
 }
@@ -159,6 +175,80 @@ fn nan_loss_stops_and_keeps_the_last_good_checkpoint() {
     assert!(
         losses.iter().all(|l| l.is_finite()),
         "only good steps are logged: {losses:?}"
+    );
+    // The kept weights are the last good step's: byte for byte those of the same run stopped
+    // there by --max-steps (training is deterministic), and every value finite. A guard that
+    // applied the bad step's update, or checkpointed after it, fails both.
+    train(
+        tmp.path(),
+        &cfg,
+        "good",
+        &["--max-steps", &step.to_string()],
+        0,
+    );
+    let weights =
+        |run: &str| std::fs::read(tmp.path().join(run).join("model.safetensors")).unwrap();
+    let kept = weights("nan");
+    assert!(
+        kept == weights("good"),
+        "the kept checkpoint is not step {step}'s"
+    );
+    let tensors = safetensors::SafeTensors::deserialize(&kept).unwrap();
+    for (name, t) in tensors.tensors() {
+        assert!(
+            t.data()
+                .chunks_exact(4)
+                .all(|b| f32::from_le_bytes(b.try_into().unwrap()).is_finite()),
+            "{name}: a non-finite weight in the kept checkpoint"
+        );
+    }
+}
+
+/// Teacherless copies are made, as many as `teacherless_fraction` asks: an epoch is the
+/// training lines plus one copy for each example drawn, so its steps are ⌈n/64⌉ with no
+/// copies (NTP, or fraction 0), ⌈2n/64⌉ at fraction 1, and at 0.5 within 5σ of the binomial
+/// count ⌈1.5n/64⌉ (σ = √n/2 copies; a false failure below 1e-6). An ignored objective gives
+/// ⌈n/64⌉ at fraction 1, an ignored fraction ⌈2n/64⌉ at 0.5 (n = 4,646: 73 and 37 steps off,
+/// against a slack of 4).
+#[test]
+fn teacherless_copies_follow_their_fraction() {
+    let tmp = tempfile::tempdir().unwrap();
+    let steps_per_epoch = |name: &str, extra: &str| -> (f64, f64) {
+        let text = MICRO.replace("[train]\n", &format!("[train]\n{extra}"));
+        let cfg = write_config(tmp.path(), &format!("{name}.toml"), &text);
+        train(tmp.path(), &cfg, name, &["--max-steps", "1"], 0);
+        let info: Value = serde_json::from_str(
+            &std::fs::read_to_string(tmp.path().join(name).join("run.json")).unwrap(),
+        )
+        .unwrap();
+        let data = std::path::PathBuf::from(info["data_dir"].as_str().unwrap());
+        let n = std::fs::read_to_string(data.join("train.txt"))
+            .unwrap()
+            .lines()
+            .count();
+        (info["steps_per_epoch"].as_f64().unwrap(), n as f64)
+    };
+    let tl = |f: f64| format!("objective = \"teacherless\"\nteacherless_fraction = {f}\n");
+    let (ntp, n) = steps_per_epoch("ntp", "");
+    assert!(n > 1000.0, "{n} training lines");
+    let b = 64.0;
+    assert_eq!(ntp, (n / b).ceil(), "NTP: every example once");
+    assert_eq!(
+        steps_per_epoch("none", &tl(0.0)).0,
+        (n / b).ceil(),
+        "fraction 0"
+    );
+    assert_eq!(
+        steps_per_epoch("all", &tl(1.0)).0,
+        (2.0 * n / b).ceil(),
+        "fraction 1"
+    );
+    let half = steps_per_epoch("half", &tl(0.5)).0;
+    let slack = (5.0 * n.sqrt() / 2.0 / b).ceil() + 1.0;
+    assert!(
+        (half - (1.5 * n / b).ceil()).abs() <= slack,
+        "fraction 0.5: {half} steps an epoch, expected {} ± {slack}",
+        (1.5 * n / b).ceil()
     );
 }
 
@@ -626,7 +716,9 @@ fn mfu_is_logged_against_the_stated_peak() {
 /// Mixed precision on the CPU: `train.precision = "bf16"` (bf16 matmul inputs, f32 weights,
 /// optimizer, LayerNorm, softmax and loss) tracks the fp32 run of the same tiny world and seed
 /// over 300 steps: every 20-step window's mean loss within 0.01 nats + 1% of the fp32 one
-/// (measured: at most 0.43% apart), and both runs learn. The checkpoint stays f32 and the run's config records the precision.
+/// (measured: at most 0.43% apart), and both runs learn; but not equal to it (an ignored
+/// setting gives fp32's losses to the bit). The checkpoint stays f32 and the run's config
+/// records the precision.
 #[test]
 fn bf16_training_tracks_fp32() {
     let tmp = tempfile::tempdir().unwrap();
@@ -656,6 +748,18 @@ fn bf16_training_tracks_fp32() {
     for l in [&fp32, &bf16] {
         assert!(l[l.len() - 1] < l[0] - 1.0, "no learning: {l:?}");
     }
+    // And the setting took effect: bf16 rounding moves the losses. An ignored precision gives
+    // the fp32 run to the bit (training is deterministic); the smallest window gap measured
+    // with bf16 on is far above the 1e-5 relative floor asserted here.
+    let gap = fp32
+        .iter()
+        .zip(&bf16)
+        .map(|(a, b)| (a - b).abs() / a)
+        .fold(0.0, f64::max);
+    assert!(
+        gap > 1e-5,
+        "bf16 losses equal fp32's (largest relative gap {gap:e}): is train.precision ignored?"
+    );
     let run = tmp.path().join("bf16");
     let toml = std::fs::read_to_string(run.join("config.toml")).unwrap();
     assert!(toml.contains("precision = \"bf16\""), "{toml}");
