@@ -138,19 +138,18 @@ impl AdamW {
         })
     }
 
-    /// The global L2 norm of the gradients (before clipping).
+    /// The global L2 norm of the gradients (before clipping): each tensor's sum of squares on
+    /// its device, all of them brought to the host at once (one sync a step on a GPU, not one a
+    /// tensor), then summed in parameter order in f64.
     pub fn grad_norm(params: &[(String, Var)], grads: &GradStore) -> Result<f64> {
-        let mut total = 0f64;
+        let mut sums = Vec::with_capacity(params.len());
         for (name, var) in params {
             let Some(g) = grads.get(var.as_tensor()) else {
                 bail!("no gradient for {name}");
             };
-            total += g
-                .sqr()?
-                .sum_all()?
-                .to_dtype(DType::F64)?
-                .to_scalar::<f64>()?;
+            sums.push(g.sqr()?.sum_all()?.to_dtype(DType::F64)?);
         }
+        let total: f64 = Tensor::stack(&sums, 0)?.to_vec1::<f64>()?.iter().sum();
         Ok(total.sqrt())
     }
 
