@@ -1,21 +1,38 @@
 #!/usr/bin/env bash
-# The one-shot GPU check: proves the CUDA path and measures it in one run of at most ~8 minutes
-# on one GPU, and prints one table. A step that fails prints its error and the script goes on;
-# the exit status is the number of failed steps (0: all passed).
+# The one-shot GPU check: proves the CUDA path and measures it in one device call of at most
+# ~9 minutes on one GPU, and prints one table. A step that fails prints its error and the script
+# goes on; the exit status is the number of failed steps (0: all passed). Each step runs under a
+# timeout, and the whole check under LAB_GPU_CHECK_BUDGET seconds (default 540).
 #
 #   scripts/gpu-check.sh [--lab BIN]     on a GPU machine: --device cuda, the paper's shapes
 #   scripts/gpu-check.sh --dry-run       the same steps on the CPU with tiny shapes (CI runs it)
 #
-#   1. the binary: --lab BIN, else dist/lab-cuda when present (carried: built here with
-#      scripts/build-cuda.sh, no GPU needed), else built on the spot (cargo build --release
-#      --features cuda: minutes on the GPU machine); the dry run uses target/release/lab;
+# With $OUT set (the device tool sets it), the table and every step's log are written under it.
+# The device call, from the repository root here (dist/ is git-ignored, so it must be carried):
+#
+#   scripts/build-cuda.sh                             (here, no GPU: writes dist/lab-cuda)
+#   device run: command "bash scripts/gpu-check.sh", carry ["dist"]
+#
+#   0. the libraries: ldd of the binary; when a CUDA 13 library is missing, it is looked for in
+#      the toolkit paths, then in every nvidia/*/lib of the Python environments present, and
+#      LD_LIBRARY_PATH is set for the rest of the run (RUNPATH does not reach cuBLAS's own
+#      libcublasLt);
+#   1. the binary: --lab BIN, else dist/lab-cuda; never built on the device machine (the dry run
+#      uses target/release/lab);
 #   2. the first-step loss on the device equals the CPU loss on the same batch: fp32 (TF32
 #      matmuls, tolerance 2e-3 relative) and bf16 (2e-2 relative), against the CPU's fp32;
-#   3. 200 steps of 10m-L6 and of 100m-L8 in bf16: tokens/s, MFU, peak device memory;
-#   4. a checkpoint written on the device resumes on the CPU: the next step's loss on the CPU
+#   3. the backward: 5 fp32 steps on the device and on the CPU from the same seed and batches;
+#      the loss and gradient norm at every step (2e-3 relative on CUDA, 1e-4 in the dry run),
+#      and every tensor's update after the last (relative L2, 0.1 on CUDA, 1e-2 in the dry run;
+#      scripts/compare_updates.py). In the dry run the "device" side runs the composed kernels
+#      that CUDA runs (--kernels composed) and the CPU side the fused ones;
+#   4. 200 steps of 10m-L6 and of 100m-L8 in bf16: tokens/s, MFU, peak device memory;
+#   5. a checkpoint written on the device resumes on the CPU: the next step's loss on the CPU
 #      equals the device's (fp32, 2e-3 relative);
-#   5. greedy decoding of the paper eval set with the 100m-L8 model of step 3: seconds and
-#      generated tokens/s.
+#   6. greedy decoding of the paper eval set with the 100m-L8 model of step 4: seconds and
+#      generated tokens/s;
+#   7. small runs packed on one GPU: K = 1, 4 and 8 concurrent runs (1 and 2 in the dry run) of
+#      the 1m-L4 and 10m-L6 configs, their summed tokens/s: the GPU study's cost table.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 root=$(pwd)
@@ -29,8 +46,13 @@ while [ $# -gt 0 ]; do
   esac
   shift
 done
-out=$(mktemp -d)
-trap 'rm -rf "$out"' EXIT
+if [ -n "${OUT:-}" ]; then
+  mkdir -p "$OUT/gpu-check" && out=$(realpath "$OUT/gpu-check")
+else
+  out=$(mktemp -d)
+  trap 'rm -rf "$out"' EXIT
+fi
+deadline=$(( $(date +%s) + ${LAB_GPU_CHECK_BUDGET:-540} ))
 failed=0
 table=()
 row() { table+=("| $1 | $2 | $3 |"); }
@@ -39,81 +61,150 @@ fail() { # STEP LOGFILE
   [ -f "$2" ] && tail -n 5 "$2" >&2
   failed=$((failed + 1))
 }
+check() { # NAME OK FIGURES: a row that passed or failed on a comparison
+  if [ "$2" = 1 ]; then row "$1" ok "$3"; else row "$1" FAILED "$3"; failed=$((failed + 1)); fi
+}
+limit() { # SECONDS: a step's timeout, cut to what is left of the whole budget
+  local left=$(( deadline - $(date +%s) ))
+  [ "$left" -lt "$1" ] && echo $(( left > 1 ? left : 1 )) || echo "$1"
+}
 . scripts/lib.sh
-loss_at() { # RUN STEP: train/loss logged at that step
+metric_at() { # RUN STEP KEY: the figure logged at that step
   python3 -c "
 import json, sys
 for l in open(sys.argv[1] + '/metrics.jsonl'):
     m = json.loads(l)
-    if m.get('step') == int(sys.argv[2]) and 'train/loss' in m:
-        print(m['train/loss'])" "$1" "$2"
+    if m.get('step') == int(sys.argv[2]) and sys.argv[3] in m:
+        print(m[sys.argv[3]])" "$1" "$2" "$3"
 }
+loss_at() { metric_at "$1" "$2" train/loss; }
 close() { # A B REL: |a - b| <= rel * |b|
   python3 -c "import sys; a, b, r = map(float, sys.argv[1:]); sys.exit(abs(a - b) > r * abs(b))" "$@"
+}
+summary() {
+  echo
+  echo "gpu-check on $dev ($([ $dry = 1 ] && echo 'dry run, tiny shapes' || nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -n 1)), $(date -u +%F)"
+  echo "| step | result | figures |"
+  echo "| --- | --- | --- |"
+  printf '%s\n' "${table[@]}"
+}
+finish() {
+  summary | tee "$out/table.md"
+  exit "$failed"
 }
 
 if [ $dry = 1 ]; then
   dev=cpu
   small=$root/configs/tiny.toml
   big=$root/configs/tiny.toml
+  packs=("$root/configs/tiny.toml")
+  ks=(1 2)
   steps=20
+  pack_steps=20
   shape=(--set model.n_embd=64)
+  composed=(--kernels composed)
+  tol_step=1e-4
+  tol_update=1e-2
 else
   dev=cuda
   small=$root/configs/10m-L6.toml
   big=$root/configs/100m-L8.toml
+  packs=("$root/configs/1m-L4.toml" "$root/configs/10m-L6.toml")
+  ks=(1 4 8)
   steps=200
+  pack_steps=100
   shape=()
+  composed=()
+  tol_step=2e-3
+  tol_update=0.1
 fi
 
-# 1. The binary.
-t0=$(date +%s)
+# 1 (found first, reported second). The binary: never built here.
 if [ -z "$lab" ]; then
   if [ $dry = 1 ]; then
-    cargo build --release --quiet >"$out/build.log" 2>&1 && lab=target/release/lab
-    how="built for the CPU (dry run)"
-  elif [ -x dist/lab-cuda ]; then
-    lab=dist/lab-cuda
-    how="carried: dist/lab-cuda"
+    lab=$root/target/release/lab
+    how="target/release/lab (dry run)"
   else
-    cargo build --release --features cuda >"$out/build.log" 2>&1 && lab=target/release/lab
-    how="built here: cargo build --release --features cuda"
+    lab=$root/dist/lab-cuda
+    how="carried: dist/lab-cuda"
   fi
 else
   how="given: $lab"
 fi
-if [ -n "$lab" ] && "$lab" --version >>"$out/build.log" 2>&1; then
-  lab=$(realpath "$(command -v "$lab")")
+if ! lab=$(realpath "$(command -v "$lab" 2>/dev/null || echo "$lab")" 2>/dev/null) || [ ! -x "$lab" ]; then
+  echo "step 1 FAILED: $how: no such executable. Build it where there is a registry (scripts/build-cuda.sh writes dist/lab-cuda) and carry dist/ to this machine; the check never builds here." >&2
+  row "1 binary" FAILED "$how: missing (build with scripts/build-cuda.sh, carry dist/)"
+  failed=$((failed + 1))
+  finish
+fi
+
+# 0. The libraries the binary needs, found where a machine may keep them.
+ldd "$lab" >"$out/ldd.log" 2>&1
+missing=$(grep 'not found' "$out/ldd.log" | awk '{print $1}' | sort -u)
+if [ -z "$missing" ]; then
+  row "0 libraries" ok "ldd: nothing missing ($(grep -c '=>' "$out/ldd.log") resolved)"
+else
+  dirs=()
+  cands=(/usr/local/cuda*/lib64 /usr/local/cuda*/targets/*/lib /usr/lib/x86_64-linux-gnu /usr/lib64)
+  for py in python3 /usr/bin/python3 /opt/conda/bin/python /usr/local/bin/python3; do
+    command -v "$py" >/dev/null 2>&1 || continue
+    while IFS= read -r d; do cands+=("$d"); done < <("$py" -c '
+import glob, site, sys
+roots = set(site.getsitepackages() + [site.getusersitepackages()] + sys.path)
+for r in sorted(roots):
+    for d in sorted(glob.glob(r + "/nvidia/*/lib")):
+        print(d)' 2>/dev/null)
+  done
+  for lib in $missing; do
+    for d in "${cands[@]}"; do
+      if [ -e "$d/$lib" ]; then
+        case " ${dirs[*]-} " in *" $d "*) ;; *) dirs+=("$d") ;; esac
+        break
+      fi
+    done
+  done
+  if [ ${#dirs[@]} -gt 0 ]; then
+    LD_LIBRARY_PATH=$(IFS=:; echo "${dirs[*]}")${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+    export LD_LIBRARY_PATH
+  fi
+  ldd "$lab" >"$out/ldd-after.log" 2>&1
+  still=$(grep 'not found' "$out/ldd-after.log" | awk '{print $1}' | sort -u | tr '\n' ' ')
+  found="missing: $(echo $missing); LD_LIBRARY_PATH=${LD_LIBRARY_PATH:-}"
+  echo "libraries: $found" >&2
+  if [ -z "$still" ]; then
+    row "0 libraries" ok "$found"
+  else
+    row "0 libraries" FAILED "still missing: $still($found)"
+    failed=$((failed + 1))
+  fi
+fi
+t0=$(date +%s)
+if timeout "$(limit 30)" "$lab" --version >"$out/version.log" 2>&1; then
   # Every run and the data it builds stay in the scratch directory.
   cd "$out"
-  row "1 binary" ok "$how, $(($(date +%s) - t0)) s"
+  row "1 binary" ok "$how, $(cat "$out/version.log" | head -n 1), $(($(date +%s) - t0)) s"
 else
-  fail 1 "$out/build.log"
+  fail 1 "$out/version.log"
   row "1 binary" FAILED "$how"
-  printf '%s\n' "${table[@]}"
-  exit "$failed"
+  finish
 fi
-train() { # NAME CONFIG DEVICE ARGS...: a run under $out/NAME, its log beside it
-  local name=$1 cfg=$2 device=$3
-  shift 3
-  "$lab" train --config "$cfg" --device "$device" --out "$out/$name" "${shape[@]}" "$@" \
-    >"$out/$name.log" 2>&1
+train() { # NAME CONFIG DEVICE SECONDS ARGS...: a run under $out/NAME, its log beside it
+  local name=$1 cfg=$2 device=$3 secs=$4
+  shift 4
+  timeout "$(limit "$secs")" "$lab" train --config "$cfg" --device "$device" --out "$out/$name" \
+    "${shape[@]}" "$@" >"$out/$name.log" 2>&1
 }
 
 # 2. First-step loss, device against CPU.
 one=(--max-steps 1 --set train.log_every=1)
-if train s2-cpu "$small" cpu "${one[@]}" --set train.precision=fp32; then
+if train s2-cpu "$small" cpu 180 "${one[@]}" --set train.precision=fp32; then
   ref=$(loss_at "$out/s2-cpu" 1)
   for p in fp32 bf16; do
     tol=$([ $p = fp32 ] && echo 2e-3 || echo 2e-2)
-    if train "s2-$p" "$small" $dev "${one[@]}" --set train.precision=$p; then
+    if train "s2-$p" "$small" $dev 60 "${one[@]}" --set train.precision=$p; then
       got=$(loss_at "$out/s2-$p" 1)
-      if close "$got" "$ref" "$tol"; then
-        row "2 first-step loss, $p" ok "$dev $got, cpu fp32 $ref (tolerance $tol relative)"
-      else
-        row "2 first-step loss, $p" FAILED "$dev $got, cpu fp32 $ref (tolerance $tol relative)"
-        failed=$((failed + 1))
-      fi
+      close "$got" "$ref" "$tol" && ok=1 || ok=0
+      check "2 first-step loss, $p" $ok "$dev $got, cpu fp32 $ref (tolerance $tol relative)"
     else
       fail 2 "$out/s2-$p.log"
       row "2 first-step loss, $p" FAILED "see the error above"
@@ -124,7 +215,36 @@ else
   row "2 first-step loss" FAILED "the CPU reference did not train"
 fi
 
-# 3. Throughput, MFU and peak memory over $steps steps.
+# 3. The backward: N fp32 steps on both sides, every step's loss and gradient norm, and every
+# tensor's update after the last.
+n=5
+fp32n=(--set train.precision=fp32 --set train.log_every=1)
+if train s3-init "$small" cpu 60 --max-steps 0 "${fp32n[@]}" &&
+  train s3-cpu "$small" cpu 120 --max-steps $n "${fp32n[@]}" --kernels fused &&
+  train s3-dev "$small" $dev 60 --max-steps $n "${fp32n[@]}" "${composed[@]}"; then
+  for key in train/loss train/grad_norm; do
+    worst=""
+    ok=1
+    for s in $(seq 1 $n); do
+      a=$(metric_at "$out/s3-dev" "$s" $key)
+      b=$(metric_at "$out/s3-cpu" "$s" $key)
+      close "$a" "$b" "$tol_step" || { ok=0; worst="step $s: $dev $a, cpu $b"; }
+      [ -z "$worst" ] && [ "$s" = $n ] && worst="step $n: $dev $a, cpu $b"
+    done
+    check "3 backward, $key, $n steps" $ok "$worst (tolerance $tol_step relative at every step)"
+  done
+  if figures=$(python3 "$root/scripts/compare_updates.py" "$out/s3-init/model.safetensors" \
+    "$out/s3-dev/model.safetensors" "$out/s3-cpu/model.safetensors" "$tol_update" 2>&1); then
+    check "3 backward, updates after $n steps" 1 "$figures"
+  else
+    check "3 backward, updates after $n steps" 0 "$figures"
+  fi
+else
+  fail 3 "$(ls -t "$out"/s3-*.log | head -n 1)"
+  row "3 backward" FAILED "see the error above"
+fi
+
+# 4. Throughput, MFU and peak memory over $steps steps.
 mem_watch() { # poll the device's used memory (MiB) into $1 until killed
   if [ $dev = cuda ]; then
     nvidia-smi --query-gpu=memory.used --format=csv,noheader,nounits -lms 200 >"$1" 2>/dev/null
@@ -132,7 +252,7 @@ mem_watch() { # poll the device's used memory (MiB) into $1 until killed
 }
 for size in small big; do
   if [ $size = small ]; then cfg=$small; else cfg=$big; fi
-  name=s3-$size
+  name=s4-$size
   mem_watch "$out/$name.mem" &
   watch=$!
   if /usr/bin/time -f '%M' -o "$out/$name.rss" true 2>/dev/null; then
@@ -140,9 +260,9 @@ for size in small big; do
   else
     timed=()
   fi
-  if "${timed[@]}" "$lab" train --config "$cfg" --device $dev --out "$out/$name" "${shape[@]}" \
-    --max-steps "$steps" --set train.precision=bf16 --set train.log_every=10 \
-    >"$out/$name.log" 2>&1; then
+  if timeout "$(limit 150)" "${timed[@]}" "$lab" train --config "$cfg" --device $dev \
+    --out "$out/$name" "${shape[@]}" --max-steps "$steps" --set train.precision=bf16 \
+    --set train.log_every=10 >"$out/$name.log" 2>&1; then
     kill $watch 2>/dev/null
     tps=$(grep 'throughput:' "$out/$name.log" | num 'throughput:')
     mfu=$(python3 -c "
@@ -155,45 +275,65 @@ print(f'{100 * v[-1]:.1f}%' if v else 'n/a')" "$out/$name")
     else
       mem="$(cat "$out/$name.rss" 2>/dev/null || echo '?') KiB peak RSS"
     fi
-    row "3 $steps steps $(basename "$cfg" .toml), bf16" ok "$tps tokens/s, MFU $mfu, $mem"
+    row "4 $steps steps $(basename "$cfg" .toml), bf16" ok "$tps tokens/s, MFU $mfu, $mem"
   else
     kill $watch 2>/dev/null
-    fail 3 "$out/$name.log"
-    row "3 $steps steps $(basename "$cfg" .toml), bf16" FAILED "see the error above"
+    fail 4 "$out/$name.log"
+    row "4 $steps steps $(basename "$cfg" .toml), bf16" FAILED "see the error above"
   fi
 done
 
-# 4. A device checkpoint resumes on the CPU with the same next loss.
+# 5. A device checkpoint resumes on the CPU with the same next loss.
 fp32=(--set train.precision=fp32 --set train.log_every=1)
-if train s4 "$small" $dev --max-steps 3 "${fp32[@]}" && cp -r "$out/s4" "$out/s4-cpu" &&
-  train s4 "$small" $dev --max-steps 4 --resume "${fp32[@]}" &&
-  train s4-cpu "$small" cpu --max-steps 4 --resume "${fp32[@]}"; then
-  a=$(loss_at "$out/s4" 4)
-  b=$(loss_at "$out/s4-cpu" 4)
-  if close "$b" "$a" 2e-3; then
-    row "4 $dev checkpoint resumed on cpu" ok "step 4 loss: $dev $a, cpu $b"
-  else
-    row "4 $dev checkpoint resumed on cpu" FAILED "step 4 loss: $dev $a, cpu $b"
-    failed=$((failed + 1))
-  fi
+if train s5 "$small" $dev 60 --max-steps 3 "${fp32[@]}" && cp -r "$out/s5" "$out/s5-cpu" &&
+  train s5 "$small" $dev 60 --max-steps 4 --resume "${fp32[@]}" &&
+  train s5-cpu "$small" cpu 60 --max-steps 4 --resume "${fp32[@]}"; then
+  a=$(loss_at "$out/s5" 4)
+  b=$(loss_at "$out/s5-cpu" 4)
+  close "$b" "$a" 2e-3 && ok=1 || ok=0
+  check "5 $dev checkpoint resumed on cpu" $ok "step 4 loss: $dev $a, cpu $b"
 else
-  fail 4 "$(ls -t "$out"/s4*.log | head -n 1)"
-  row "4 $dev checkpoint resumed on cpu" FAILED "see the error above"
+  fail 5 "$(ls -t "$out"/s5*.log | head -n 1)"
+  row "5 $dev checkpoint resumed on cpu" FAILED "see the error above"
 fi
 
-# 5. Greedy decoding of the eval set with the big model of step 3.
-run=$out/s3-big
-if "$lab" eval --run "$run" --device $dev >"$out/s5.log" 2>&1; then
-  line=$(grep 'decoded' "$out/s5.log")
-  row "5 greedy decode, $(basename "$big" .toml)" ok "${line#  decoded }"
+# 6. Greedy decoding of the eval set with the big model of step 4.
+if timeout "$(limit 120)" "$lab" eval --run "$out/s4-big" --device $dev >"$out/s6.log" 2>&1; then
+  line=$(grep 'decoded' "$out/s6.log")
+  row "6 greedy decode, $(basename "$big" .toml)" ok "${line#  decoded }"
 else
-  fail 5 "$out/s5.log"
-  row "5 greedy decode, $(basename "$big" .toml)" FAILED "see the error above"
+  fail 6 "$out/s6.log"
+  row "6 greedy decode, $(basename "$big" .toml)" FAILED "see the error above"
 fi
 
-echo
-echo "gpu-check on $dev ($([ $dry = 1 ] && echo 'dry run, tiny shapes' || nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -n 1)), $(date -u +%F)"
-echo "| step | result | figures |"
-echo "| --- | --- | --- |"
-printf '%s\n' "${table[@]}"
-exit "$failed"
+# 7. Small runs packed on one device: K at once, their tokens/s summed (each run's own rate,
+# from the end of its first step to its last), and the wall time of the K together.
+for cfg in "${packs[@]}"; do
+  c=$(basename "$cfg" .toml)
+  # The data once, before K trainers would race to build it.
+  "$lab" data --config "$cfg" >"$out/s7-$c-data.log" 2>&1
+  for k in "${ks[@]}"; do
+    t0=$(date +%s.%N)
+    secs=$(limit 90)
+    pids=()
+    for i in $(seq 1 "$k"); do
+      timeout "$secs" "$lab" train --config "$cfg" --device $dev --out "$out/s7-$c-k$k-$i" \
+        "${shape[@]}" --max-steps "$pack_steps" --set train.log_every=10 \
+        >"$out/s7-$c-k$k-$i.log" 2>&1 &
+      pids+=($!)
+    done
+    ok=1
+    for p in "${pids[@]}"; do wait "$p" || ok=0; done
+    wall=$(python3 -c "import sys, time; print(f'{time.time() - float(sys.argv[1]):.1f}')" "$t0")
+    if [ $ok = 1 ]; then
+      total=$(cat "$out"/s7-$c-k$k-*.log | grep 'throughput:' | num 'throughput:' |
+        python3 -c "import sys; print(f'{sum(float(x) for x in sys.stdin):.0f}')")
+      row "7 $k × $c at once, $pack_steps steps" ok "$total tokens/s in all, $wall s wall"
+    else
+      fail 7 "$(ls -t "$out"/s7-$c-k$k-*.log | head -n 1)"
+      row "7 $k × $c at once" FAILED "see the error above"
+    fi
+  done
+done
+
+finish

@@ -79,6 +79,10 @@ pub enum Command {
         /// Peak FLOP/s for MFU [default: measured on the CPU, a data-sheet table on CUDA].
         #[arg(long, value_parser = positive_flops)]
         peak: Option<f64>,
+        /// The kernels: fused (the CPU's, fp32) or composed (candle's ops, which CUDA runs)
+        /// [default: the device's own].
+        #[arg(long, value_enum)]
+        kernels: Option<crate::model::Kernels>,
         /// Override a config value, validated as the file is: --set train.lr=1e-3 (repeatable).
         #[arg(long = "set", value_name = "KEY=VALUE")]
         set: Vec<String>,
@@ -406,6 +410,7 @@ pub fn run(cli: Cli) -> Result<Exit> {
             set,
             takeover,
             peak,
+            kernels,
         } => {
             let cfg = Config::load_with(&config, &overrides(&set)?)?;
             let device = crate::device::parse(&device)?;
@@ -418,6 +423,7 @@ pub fn run(cli: Cli) -> Result<Exit> {
                 max_steps,
                 takeover,
                 peak,
+                kernels,
             })?;
             print!("{}", train_summary(&o));
             if o.ending == Ending::Interrupted {

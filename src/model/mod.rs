@@ -137,8 +137,10 @@ impl GptConfig {
 
 /// Which kernels the forward pass uses. `Fused` is the CPU path (hand-written forward and
 /// backward); `Composed` builds everything from candle's differentiable ops and runs on any
-/// device. Both compute the same function; tests hold them to each other.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+/// device. Both compute the same function; tests hold them to each other, and
+/// `lab train --kernels composed` runs the CUDA path's kernels on the CPU (the GPU check's
+/// dry run compares the two).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
 pub enum Kernels {
     Fused,
     Composed,
@@ -154,12 +156,34 @@ impl Kernels {
     }
 }
 
-/// Sequences packed back to back with no padding.
+/// Sequences packed back to back with no padding. The composed kernels pad them to (B, T) in
+/// every layer: the indices and the causal mask are built and uploaded once a forward.
 pub struct Packed {
     pub lens: Vec<usize>,
+    padding: std::cell::OnceCell<(Tensor, Tensor, Tensor)>,
 }
 
 impl Packed {
+    fn new(lens: &[usize]) -> Packed {
+        Packed {
+            lens: lens.to_vec(),
+            padding: std::cell::OnceCell::new(),
+        }
+    }
+
+    /// The pad index, the unpad index and the (T, T) causal mask, on `device`.
+    fn padding(&self, device: &Device) -> Result<&(Tensor, Tensor, Tensor)> {
+        if let Some(p) = self.padding.get() {
+            return Ok(p);
+        }
+        let p = (
+            self.pad_index(device)?,
+            self.unpad_index(device)?,
+            causal_mask(self.max_len(), 0, device)?,
+        );
+        Ok(self.padding.get_or_init(|| p))
+    }
+
     fn max_len(&self) -> usize {
         self.lens.iter().copied().max().unwrap_or(0)
     }
@@ -188,6 +212,16 @@ impl Packed {
         let n = idx.len();
         Tensor::from_vec(idx, n, device)
     }
+}
+
+/// The additive causal mask (T, past + T) of T queries after `past` cached keys: −∞ on the
+/// keys after each query's own position.
+fn causal_mask(t: usize, past: usize, device: &Device) -> Result<Tensor> {
+    let total = past + t;
+    let mask: Vec<f32> = (0..t)
+        .flat_map(|i| (0..total).map(move |j| if j > past + i { f32::NEG_INFINITY } else { 0.0 }))
+        .collect();
+    Tensor::from_vec(mask, (t, total), device)
 }
 
 /// How the rows of a forward pass form sequences: packed for training, or a dense (B, T)
@@ -405,31 +439,33 @@ impl Gpt {
                 // Pad to (B, T, 3E), attend, keep the real rows. Padding sits after each
                 // sequence, so the causal mask already hides it from every real query.
                 let (b, t) = (p.lens.len(), p.max_len());
-                let padded =
-                    qkv.index_select(&p.pad_index(qkv.device())?, 0)?
-                        .reshape((b, t, 3 * e))?;
+                let (pad, unpad, mask) = p.padding(qkv.device())?;
+                let padded = qkv.index_select(pad, 0)?.reshape((b, t, 3 * e))?;
                 let y = self
-                    .attention_dense(&padded, layer, None)?
+                    .attention_dense(&padded, layer, None, Some(mask))?
                     .reshape((b * t, e))?;
-                y.index_select(&p.unpad_index(qkv.device())?, 0)
+                y.index_select(unpad, 0)
             }
             Layout::Cached { t, cache, .. } if cache.is_host() => {
                 cache.attend_host(layer, qkv, *t, self.cfg.n_head)
             }
             Layout::Cached { b, t, cache } => {
-                let y = self.attention_dense(&qkv.reshape((*b, *t, 3 * e))?, layer, Some(cache))?;
+                let y =
+                    self.attention_dense(&qkv.reshape((*b, *t, 3 * e))?, layer, Some(cache), None)?;
                 y.reshape((*b * *t, e))
             }
         }
     }
 
     /// Causal self-attention of a dense (B, T, 3E) block from candle's ops, with past keys and
-    /// values from `cache` when decoding. Returns (B, T, E).
+    /// values from `cache` when decoding, and the causal mask when the caller holds it.
+    /// Returns (B, T, E).
     fn attention_dense(
         &self,
         qkv: &Tensor,
         layer: usize,
         cache: Option<&mut KvCache>,
+        mask: Option<&Tensor>,
     ) -> Result<Tensor> {
         let (b, t, e3) = qkv.dims3()?;
         let e = e3 / 3;
@@ -453,13 +489,10 @@ impl Gpt {
         let scale = 1.0 / (hd as f64).sqrt();
         let mut att = (self.mm(&q, &k.t()?)? * scale)?;
         if t > 1 {
-            let mask: Vec<f32> = (0..t)
-                .flat_map(|i| {
-                    (0..total).map(move |j| if j > past + i { f32::NEG_INFINITY } else { 0.0 })
-                })
-                .collect();
-            let mask = Tensor::from_vec(mask, (t, total), att.device())?;
-            att = att.broadcast_add(&mask)?;
+            att = match mask {
+                Some(m) => att.broadcast_add(m)?,
+                None => att.broadcast_add(&causal_mask(t, past, att.device())?)?,
+            };
         }
         if let Some(kb) = key_bias {
             // (B, total) additive bias hiding padding keys.
@@ -489,9 +522,7 @@ impl Gpt {
     /// Hidden states after `ln_f` of packed sequences (training and validation): `ids` and
     /// `pos` (N,) hold the sequences back to back, `lens` their lengths. Returns (N, E).
     pub fn hidden(&self, ids: &Tensor, pos: &Tensor, lens: &[usize]) -> Result<Tensor> {
-        let mut layout = Layout::Packed(Packed {
-            lens: lens.to_vec(),
-        });
+        let mut layout = Layout::Packed(Packed::new(lens));
         self.run(ids, pos, &mut layout)
     }
 
@@ -512,7 +543,7 @@ impl Gpt {
         match self.kernels {
             Kernels::Fused => ops::head_cross_entropy(&sel, &self.wte, targets),
             Kernels::Composed => {
-                let logits = self.mm(&sel, &self.wte.t()?)?;
+                let logits = self.logits(&sel)?;
                 let logp = candle_nn::ops::log_softmax(&logits, D::Minus1)?;
                 let picked = logp.gather(&targets.unsqueeze(1)?, 1)?;
                 picked.mean_all()?.neg()
@@ -521,8 +552,17 @@ impl Gpt {
     }
 
     /// Logits (n, vocab) of selected hidden rows: the head at the positions that decode.
+    /// In bf16 the tied weight is cast before it is transposed: the cast of `wte.t()` would be
+    /// a strided copy of the whole table every step.
     pub fn logits(&self, hidden_rows: &Tensor) -> Result<Tensor> {
-        self.mm(hidden_rows, &self.wte.t()?)
+        if self.matmul_dtype == DType::F32 {
+            return hidden_rows.matmul(&self.wte.t()?);
+        }
+        let d = self.matmul_dtype;
+        hidden_rows
+            .to_dtype(d)?
+            .matmul(&self.wte.to_dtype(d)?.t()?)?
+            .to_dtype(DType::F32)
     }
 
     /// The same logits, row after row, into a buffer reused across decoding steps (on the

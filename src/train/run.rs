@@ -13,7 +13,7 @@ use candle_core::{Device, Tensor};
 use crate::config::{Config, Precision};
 use crate::dataset::{self, DataDir};
 use crate::fsutil::write_atomic;
-use crate::model::{Gpt, GptConfig, load_tensors, profile, save_tensors};
+use crate::model::{Gpt, GptConfig, Kernels, load_tensors, profile, save_tensors};
 use crate::progress;
 use crate::rundir::checkpoint::{self, MODEL, OPTIMIZER, TrainerState};
 use crate::rundir::{CONFIG, DONE, RUN, RunInfo, markers};
@@ -35,6 +35,8 @@ pub struct Options {
     pub takeover: bool,
     /// The device's peak FLOP/s for MFU, instead of the measured or tabled one.
     pub peak: Option<f64>,
+    /// The kernels instead of the device's and precision's own (fused: CPU and fp32 only).
+    pub kernels: Option<Kernels>,
 }
 
 /// How a call to `train` ended.
@@ -269,6 +271,12 @@ fn train_in(
         });
     }
     model.set_precision(precision);
+    if let Some(k) = opts.kernels {
+        if k == Kernels::Fused && (!device.is_cpu() || precision != Precision::Fp32) {
+            bail!("--kernels fused: the fused kernels run on the CPU in fp32 only");
+        }
+        model.kernels = k;
+    }
     let metrics = Metrics::open(&run_dir, opts.resume.then_some(state.step))?;
     let stop = stop_flag()?;
     let sched = Schedule::new(

@@ -1,17 +1,22 @@
 //! `scripts/gpu-check.sh`, the one-shot check for the first GPU, runs its CPU dry run (the same
-//! five steps, tiny shapes, `--device cpu`) to the end with every step passing, and reports a
-//! failing step without stopping.
+//! steps, tiny shapes, `--device cpu`, the backward comparing composed with fused kernels) to
+//! the end with every step passing, reports a failing step without stopping, and never builds.
 
+use std::path::Path;
 use std::process::Command;
 
 use crate::util::root;
 
-fn gpu_check(lab: &str) -> (i32, String, String) {
-    let out = Command::new("bash")
-        .arg(root().join("scripts/gpu-check.sh"))
+/// The dry run with `--lab LAB`, and `$OUT` set to `out` when given.
+fn gpu_check(lab: &str, out: Option<&Path>) -> (i32, String, String) {
+    let mut c = Command::new("bash");
+    c.arg(root().join("scripts/gpu-check.sh"))
         .args(["--dry-run", "--lab", lab])
-        .output()
-        .unwrap();
+        .env_remove("OUT");
+    if let Some(o) = out {
+        c.env("OUT", o);
+    }
+    let out = c.output().unwrap();
     let text = |b: &[u8]| String::from_utf8_lossy(b).to_string();
     (
         out.status.code().unwrap(),
@@ -22,31 +27,70 @@ fn gpu_check(lab: &str) -> (i32, String, String) {
 
 #[test]
 fn the_dry_run_passes_every_step() {
-    let (code, stdout, stderr) = gpu_check(env!("CARGO_BIN_EXE_lab"));
+    let out = tempfile::tempdir().unwrap();
+    let (code, stdout, stderr) = gpu_check(env!("CARGO_BIN_EXE_lab"), Some(out.path()));
     assert_eq!(code, 0, "{stdout}\n{stderr}");
     let rows: Vec<&str> = stdout
         .lines()
         .filter(|l| l.starts_with("| ") && !l.starts_with("| ---"))
         .collect();
-    // The header, then the binary, two first-step losses, two throughputs, resume, decode.
-    assert_eq!(rows.len(), 8, "{stdout}");
-    for (row, step) in rows[1..].iter().zip(["1", "2", "2", "3", "3", "4", "5"]) {
+    // The header; libraries, binary, two first-step losses, the backward's loss, gradient norm
+    // and updates, two throughputs, resume, decode, and K = 1 and 2 packed runs.
+    let steps = [
+        "0", "1", "2", "2", "3", "3", "3", "4", "4", "5", "6", "7", "7",
+    ];
+    assert_eq!(rows.len(), 1 + steps.len(), "{stdout}");
+    for (row, step) in rows[1..].iter().zip(steps) {
         assert!(row.starts_with(&format!("| {step} ")), "{row}");
         assert!(row.contains("| ok |"), "{row}");
     }
-    assert!(stdout.contains("tokens/s, MFU"), "{stdout}");
-    assert!(stdout.contains("generated tokens/s"), "{stdout}");
+    for needle in [
+        "ldd: nothing missing",
+        "3 backward, train/loss, 5 steps",
+        "3 backward, train/grad_norm, 5 steps",
+        "worst update",
+        "tokens/s, MFU",
+        "generated tokens/s",
+        "| 7 2 × tiny at once",
+    ] {
+        assert!(stdout.contains(needle), "{needle}: {stdout}");
+    }
+    // With $OUT set, the table and every step's log come back under it.
+    let dir = out.path().join("gpu-check");
+    let table = std::fs::read_to_string(dir.join("table.md")).unwrap();
+    assert!(
+        table.contains("| 3 backward, updates after 5 steps | ok |"),
+        "{table}"
+    );
+    for log in ["ldd.log", "s2-cpu.log", "s3-dev.log", "s7-tiny-k2-2.log"] {
+        assert!(dir.join(log).exists(), "{log}");
+    }
+}
+
+#[test]
+fn a_missing_binary_is_one_line_and_nothing_is_built() {
+    let (code, stdout, stderr) = gpu_check("/nonexistent/lab-cuda", None);
+    assert_eq!(code, 1, "{stdout}\n{stderr}");
+    assert!(stdout.contains("| 1 binary | FAILED |"), "{stdout}");
+    let line = stderr
+        .lines()
+        .find(|l| l.contains("step 1 FAILED"))
+        .unwrap();
+    assert!(
+        line.contains("scripts/build-cuda.sh") && line.contains("carry dist/"),
+        "{line}"
+    );
 }
 
 #[test]
 fn failing_steps_are_reported_counted_and_passed_over() {
-    // No binary: the one step that everything needs fails, and the script stops there.
-    let (code, stdout, stderr) = gpu_check("/bin/false");
+    // No binary that runs: the one step that everything needs fails, and the script stops.
+    let (code, stdout, stderr) = gpu_check("/bin/false", None);
     assert_eq!(code, 1, "{stdout}\n{stderr}");
     assert!(stdout.contains("| 1 binary | FAILED |"), "{stdout}");
     assert!(stderr.contains("step 1 FAILED"), "{stderr}");
-    // A binary that cannot train in bf16: steps 2 (bf16) and 3 fail with their errors, then
-    // step 4 still runs and passes, and step 5 fails for want of step 3's model.
+    // A binary that cannot train in bf16: steps 2 (bf16) and 4 fail with their errors, then
+    // steps 3, 5 and 7 still run and pass, and step 6 fails for want of step 4's model.
     let tmp = tempfile::tempdir().unwrap();
     let fake = tmp.path().join("lab");
     std::fs::write(
@@ -59,21 +103,23 @@ fn failing_steps_are_reported_counted_and_passed_over() {
     )
     .unwrap();
     Command::new("chmod").arg("+x").arg(&fake).status().unwrap();
-    let (code, stdout, stderr) = gpu_check(fake.to_str().unwrap());
+    let (code, stdout, stderr) = gpu_check(fake.to_str().unwrap(), None);
     assert_eq!(code, 4, "{stdout}\n{stderr}");
     for (step, result) in [
         ("| 1 binary |", "ok"),
         ("| 2 first-step loss, fp32 |", "ok"),
         ("| 2 first-step loss, bf16 |", "FAILED"),
-        ("| 4 cpu checkpoint resumed on cpu |", "ok"),
-        ("| 5 greedy decode", "FAILED"),
+        ("| 3 backward, updates after 5 steps |", "ok"),
+        ("| 5 cpu checkpoint resumed on cpu |", "ok"),
+        ("| 6 greedy decode", "FAILED"),
+        ("| 7 2 × tiny at once", "ok"),
     ] {
         let row = stdout.lines().find(|l| l.starts_with(step)).unwrap();
         assert!(row.contains(&format!("| {result} |")), "{row}");
     }
     assert_eq!(stdout.matches("| FAILED |").count(), 4, "{stdout}");
     assert!(
-        stderr.contains("step 3 FAILED") && stderr.contains("no bf16 here"),
+        stderr.contains("step 4 FAILED") && stderr.contains("no bf16 here"),
         "{stderr}"
     );
 }
