@@ -2,12 +2,12 @@
 //! top-k and top-p, K samples per prompt sharing one prefill, each seeded on its own.
 
 use anyhow::Result;
-use candle_core::Tensor;
+use candle_core::{D, Tensor};
 use rand::Rng;
 use rand_chacha::ChaCha8Rng;
 use rayon::prelude::*;
 
-use crate::model::{Gpt, fastmath, profile};
+use crate::model::{Gpt, Kernels, fastmath, profile};
 use crate::rng::{Purpose, stream};
 use crate::tokenizer::{EOS, PAD};
 
@@ -223,6 +223,13 @@ impl Decoder<'_> {
         rngs: &mut [ChaCha8Rng],
         logits: &mut Vec<f32>,
     ) -> Result<Vec<u32>> {
+        if self.decode == Decode::Greedy && self.model.kernels == Kernels::Composed {
+            // The argmax where the logits are (the GPU): one token id a row comes back, not V
+            // logits. Like `fastmath::argmax`, candle keeps the first maximum.
+            let _t = profile::span("decode/head");
+            let real = self.model.logits(h)?.narrow(1, 0, self.n_tokens)?;
+            return Ok(real.contiguous()?.argmax(D::Minus1)?.to_vec1::<u32>()?);
+        }
         {
             let _t = profile::span("decode/head");
             self.model.logits_into(h, logits)?;
