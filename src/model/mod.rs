@@ -554,15 +554,9 @@ impl Gpt {
     /// Logits (n, vocab) of selected hidden rows: the head at the positions that decode.
     /// In bf16 the tied weight is cast before it is transposed: the cast of `wte.t()` would be
     /// a strided copy of the whole table every step.
+    /// (In f32 the cast is a no-op clone.)
     pub fn logits(&self, hidden_rows: &Tensor) -> Result<Tensor> {
-        if self.matmul_dtype == DType::F32 {
-            return hidden_rows.matmul(&self.wte.t()?);
-        }
-        let d = self.matmul_dtype;
-        hidden_rows
-            .to_dtype(d)?
-            .matmul(&self.wte.to_dtype(d)?.t()?)?
-            .to_dtype(DType::F32)
+        self.mm(hidden_rows, &self.wte.to_dtype(self.matmul_dtype)?.t()?)
     }
 
     /// The same logits, row after row, into a buffer reused across decoding steps (on the
