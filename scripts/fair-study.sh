@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # The fair depth study (issue 22), start to finish, in the order that answers the first
 # question first: the 100k bucket's lr tuning, its fair baseline (3 seeds at each depth's
-# selected lr), the 1M bucket's tuning and baseline, then the one-factor variants at 100k
-# (total parameters fixed, L x E fixed, heads swept). Each stage is scripts/study.sh, which
+# selected lr), the one-factor variants at 100k (total parameters fixed, L x E fixed, heads
+# swept), then the 1M bucket's tuning and baseline (about 10x a 100k run each, so last: a
+# study cut short still has every 100k verdict). Each stage is scripts/study.sh, which
 # commits every run as it lands and skips runs already exported to results/fair-cpu, so this
 # one command continues the study from wherever it stopped, on any clone:
 #
@@ -14,7 +15,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export STUDY_JOBS=${STUDY_JOBS:-2}
-for stage in tune-100k seeds-100k tune-1m seeds-1m total-100k lxe-100k heads-100k; do
+for stage in tune-100k seeds-100k total-100k lxe-100k heads-100k tune-1m seeds-1m; do
   echo "== $(date -u +%FT%TZ) fair-cpu-$stage"
   scripts/study.sh "sweeps/fair-cpu-$stage.toml"
 done

@@ -1,6 +1,7 @@
 //! Reports (SPEC §9): the paper's figures from a sweep's `results.csv`, each as SVG and PNG
 //! with the CSV behind it, and a `report.md` that shows them. Drawing lives in `plot`.
 
+pub mod arms;
 pub mod findings;
 pub mod plot;
 pub mod stats;
@@ -18,6 +19,7 @@ use plot::{Figure, Heat, Series, render};
 use stats::MeanCi;
 
 /// One row of results.csv.
+#[derive(Clone)]
 pub struct Row(BTreeMap<String, String>);
 
 impl Row {
@@ -207,11 +209,20 @@ pub fn write(input: &Path, out: Option<&Path>) -> Result<PathBuf> {
             csv.display()
         );
     }
-    let rows = read_csv(&csv)?;
+    let all = read_csv(&csv)?;
+    let arms = arms::load(csv.parent().unwrap_or(Path::new(".")))?;
+    // The figures read the first arm (the study's baseline); every arm gets its own verdicts.
+    let rows: Vec<Row> = match &arms {
+        Some(a) => all.iter().filter(|r| a[0].holds(r)).cloned().collect(),
+        None => all.clone(),
+    };
     if rows.is_empty() {
         bail!(
-            "{}: no rows (no run has an evaluated epoch yet)",
-            csv.display()
+            "{}: no rows{} (no run has an evaluated epoch yet)",
+            csv.display(),
+            arms.as_ref()
+                .map(|a| format!(" in arm {:?} of {}", a[0].name, arms::FILE))
+                .unwrap_or_default()
         );
     }
     let out = out
@@ -230,6 +241,19 @@ pub fn write(input: &Path, out: Option<&Path>) -> Result<PathBuf> {
         ),
         figures: Vec::new(),
     };
+    if let Some(a) = &arms {
+        let _ = writeln!(
+            w.md,
+            "The figures read arm `{}` of `{}` ({} rows); each arm's verdicts are below.",
+            a[0].name,
+            arms::FILE,
+            rows.len()
+        );
+        for (sweep, n) in arms::left_out(a, &all) {
+            let _ = writeln!(w.md, "- left out (in no arm): `{sweep}`, {n} rows");
+        }
+        let _ = writeln!(w.md);
+    }
     let all_buckets = buckets(&rows);
     let finals = finals(&rows);
 
@@ -526,9 +550,60 @@ pub fn write(input: &Path, out: Option<&Path>) -> Result<PathBuf> {
     objectives(&mut w, &finals)?;
 
     let found = findings::findings(&rows);
-    let _ = writeln!(w.md, "## The paper's claims\n");
+    claims_table(&mut w, "The paper's claims", &found)?;
+    let mut by_arm = Vec::new();
+    for a in arms.iter().flatten().skip(1) {
+        let in_arm: Vec<Row> = all.iter().filter(|r| a.holds(r)).cloned().collect();
+        if !in_arm.iter().any(|r| a.owns(r)) {
+            // Borrowed runs alone would repeat the arm they come from.
+            let _ = writeln!(w.md, "## Arm `{}`: none of its own runs yet\n", a.name);
+            by_arm.push(serde_json::json!({"arm": a, "rows": 0, "claims": []}));
+            continue;
+        }
+        let f = findings::findings(&in_arm);
+        claims_table(
+            &mut w,
+            &format!(
+                "The paper's claims in arm `{}` ({} rows)",
+                a.name,
+                in_arm.len()
+            ),
+            &f,
+        )?;
+        by_arm.push(serde_json::json!({
+            "arm": a, "rows": in_arm.len(), "claims": f,
+        }));
+    }
+    let _ = writeln!(
+        w.md,
+        "The tests, and the numbers behind each verdict, are in `findings.json`.\n"
+    );
+    let mut doc = serde_json::json!({
+        "input": csv.display().to_string(),
+        "command": format!("lab report {}", input.display()),
+        "compute_axis": "flops: training FLOPs without the LM head (SPEC §5)",
+        "claims": found,
+    });
+    if let Some(a) = &arms {
+        doc["arm"] = serde_json::to_value(&a[0])?;
+        doc["other_arms"] = serde_json::Value::Array(by_arm);
+        doc["left_out"] = serde_json::to_value(arms::left_out(a, &all))?;
+    }
+    write_atomic(
+        &out.join("findings.json"),
+        (serde_json::to_string_pretty(&doc)? + "\n").as_bytes(),
+    )?;
+
+    let md = out.join("report.md");
+    write_atomic(&md, w.md.as_bytes())?;
+    Ok(md)
+}
+
+/// A markdown table of claims and their verdicts under `title`.
+fn claims_table(w: &mut Writer, title: &str, found: &[findings::Finding]) -> Result<()> {
+    let _ = writeln!(w.md, "## {title}\n");
     let _ = writeln!(w.md, "| claim | verdict | statistic |\n| --- | --- | --- |");
-    for f in &found {
+    for f in found {
         let _ = writeln!(
             w.md,
             "| {}. {} | {} | {} |",
@@ -538,24 +613,8 @@ pub fn write(input: &Path, out: Option<&Path>) -> Result<PathBuf> {
             f.statistic
         );
     }
-    let _ = writeln!(
-        w.md,
-        "\nThe tests, and the numbers behind each verdict, are in `findings.json`.\n"
-    );
-    let doc = serde_json::json!({
-        "input": csv.display().to_string(),
-        "command": format!("lab report {}", input.display()),
-        "compute_axis": "flops: training FLOPs without the LM head (SPEC §5)",
-        "claims": found,
-    });
-    write_atomic(
-        &out.join("findings.json"),
-        (serde_json::to_string_pretty(&doc)? + "\n").as_bytes(),
-    )?;
-
-    let md = out.join("report.md");
-    write_atomic(&md, w.md.as_bytes())?;
-    Ok(md)
+    let _ = writeln!(w.md);
+    Ok(())
 }
 
 /// When runs differ by objective or hash prefix: greedy creativity, set score and coverage per

@@ -508,6 +508,38 @@ const CASES: &[Case] = &[
         needles: &["results.csv", "no rows"],
     },
     Case {
+        name: "arms.toml with an unknown field",
+        setup: |d| {
+            std::fs::write(d.join("results.csv"), "sweep,run\ns,r\n").unwrap();
+            std::fs::write(
+                d.join("arms.toml"),
+                "[[arm]]\nname = \"a\"\nsweep = [\"s\"]\n",
+            )
+            .unwrap()
+        },
+        args: &["report", "results.csv"],
+        needles: &["arms.toml", "unknown field", "sweep"],
+    },
+    Case {
+        name: "arms.toml with two arms of one name",
+        setup: |d| {
+            std::fs::write(d.join("results.csv"), "sweep,run\ns,r\n").unwrap();
+            let arm = "[[arm]]\nname = \"a\"\nsweeps = [\"s\"]\n";
+            std::fs::write(d.join("arms.toml"), format!("{arm}{arm}")).unwrap()
+        },
+        args: &["report", "results.csv"],
+        needles: &["arms.toml", "arm[1].name", "already arm[0]"],
+    },
+    Case {
+        name: "arms.toml with an arm of no sweep",
+        setup: |d| {
+            std::fs::write(d.join("results.csv"), "sweep,run\ns,r\n").unwrap();
+            std::fs::write(d.join("arms.toml"), "[[arm]]\nname = \"a\"\nsweeps = []\n").unwrap()
+        },
+        args: &["report", "results.csv"],
+        needles: &["arms.toml", "arm[0].sweeps", "names no sweep"],
+    },
+    Case {
         name: "sbatch value with a newline",
         setup: nothing,
         args: &[

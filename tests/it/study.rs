@@ -81,6 +81,65 @@ fn figures_and_findings_regenerate_from_the_committed_runs() {
     assert!(md.contains("## The paper's claims"), "{md}");
 }
 
+/// With an `arms.toml`, each arm's verdicts read its own sweeps (and the runs it borrows), never
+/// a sweep of no arm: the first arm's claims equal those of a results.csv holding only its rows.
+#[test]
+fn arms_give_each_its_own_verdicts_and_leave_the_rest_out() {
+    let tmp = fixture_copy();
+    let dir = tmp.path();
+    let csv = std::fs::read_to_string(dir.join("results.csv")).unwrap();
+    // The depth sweep's rows alone, in a directory without arms.
+    let alone = dir.join("alone");
+    std::fs::create_dir_all(&alone).unwrap();
+    let depth_rows: String = csv
+        .lines()
+        .enumerate()
+        .filter(|(i, l)| *i == 0 || l.starts_with("fixture-depth,"))
+        .map(|(_, l)| format!("{l}\n"))
+        .collect();
+    std::fs::write(alone.join("results.csv"), depth_rows).unwrap();
+    run_expect(lab(dir).args(["report", "alone", "--out", "alone"]), 0);
+    let alone_claims = claims(&alone.join("findings.json"));
+
+    std::fs::write(
+        dir.join("arms.toml"),
+        "[[arm]]\nname = \"depth\"\nsweeps = [\"fixture-depth\"]\n\n\
+         [[arm]]\nname = \"later\"\nsweeps = [\"fixture-later\"]\n\
+         borrow = [{ sweep = \"fixture-depth\", n_layer = [2] }]\n",
+    )
+    .unwrap();
+    run_expect(lab(dir).args(["report", ".", "--out", "."]), 0);
+    let doc: Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.join("findings.json")).unwrap()).unwrap();
+    assert_eq!(doc["claims"], alone_claims);
+    assert_eq!(doc["arm"]["name"], "depth");
+    assert_eq!(doc["left_out"], serde_json::json!({"fixture-width": 20}));
+    // An arm with borrowed runs only has no verdicts of its own yet.
+    assert_eq!(doc["other_arms"][0]["rows"], 0);
+    assert_eq!(doc["other_arms"][0]["claims"], serde_json::json!([]));
+    let md = std::fs::read_to_string(dir.join("report.md")).unwrap();
+    assert!(
+        md.contains("left out (in no arm): `fixture-width`, 20 rows"),
+        "{md}"
+    );
+    assert!(md.contains("Arm `later`: none of its own runs yet"), "{md}");
+
+    // Its own runs plus the borrowed ones: the width sweep (20 rows) and depth L = 2 (16).
+    std::fs::write(
+        dir.join("arms.toml"),
+        "[[arm]]\nname = \"depth\"\nsweeps = [\"fixture-depth\"]\n\n\
+         [[arm]]\nname = \"width\"\nsweeps = [\"fixture-width\"]\n\
+         borrow = [{ sweep = \"fixture-depth\", n_layer = [2] }]\n",
+    )
+    .unwrap();
+    run_expect(lab(dir).args(["report", ".", "--out", "."]), 0);
+    let doc: Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.join("findings.json")).unwrap()).unwrap();
+    assert_eq!(doc["other_arms"][0]["rows"], 36);
+    assert_eq!(doc["other_arms"][0]["claims"].as_array().unwrap().len(), 5);
+    assert_eq!(doc["left_out"], serde_json::json!({}));
+}
+
 /// `scripts/rescore.sh DIR` with this build of the lab.
 fn rescore(dir: &Path) -> std::process::Output {
     Command::new("bash")
