@@ -54,6 +54,14 @@ pub fn novelty_norm(c: u32) -> String {
     format!("novelty_norm/c{c}")
 }
 
+/// Creativity over the eval queries of `h` hops, every constraint count pooled.
+pub fn creativity_by_hop(h: u32) -> String {
+    format!("creativity_by_hop/h{h}")
+}
+
+/// The prefix of every `creativity_by_hop` column.
+pub const CREATIVITY_BY_HOP: &str = "creativity_by_hop/h";
+
 /// Novelty normalized and pooled over all valid answers at `c` constraints.
 pub fn novelty_pooled(c: u32) -> String {
     format!("novelty_pooled/c{c}")

@@ -7,7 +7,7 @@ use serde::Serialize;
 use serde_json::{Value, json};
 
 use crate::report::Row;
-use crate::report::stats::{MeanCi, at_log_x, bootstrap_best, spearman};
+use crate::report::stats::{MeanCi, at_log_x, bootstrap_best, slope_ci, spearman};
 use crate::tags;
 
 /// Bootstrap resamples per test.
@@ -498,6 +498,96 @@ fn errors(depth: &[Group]) -> Finding {
     }
 }
 
+/// Per (bucket, hop count): each depth's C over its runs at their last evaluation, and depth's
+/// effect as the slope of C on log2 L over runs (a 95% t-interval).
+pub struct HopDepth {
+    pub bucket: String,
+    pub hop: u32,
+    pub by_depth: Vec<(u64, MeanCi)>,
+    pub slope: Option<MeanCi>,
+}
+
+/// The hop × depth breakdown of every depth group.
+pub fn hop_depth(depth: &[Group]) -> Vec<HopDepth> {
+    let mut out = Vec::new();
+    for (b, rows) in depth {
+        let last = finals(rows);
+        let hops: BTreeSet<u32> = last
+            .iter()
+            .flat_map(|r| r.0.keys())
+            .filter_map(|k| k.strip_prefix(tags::CREATIVITY_BY_HOP)?.parse().ok())
+            .collect();
+        for h in hops {
+            let col = tags::creativity_by_hop(h);
+            let mut by: BTreeMap<u64, Vec<f64>> = BTreeMap::new();
+            let (mut x, mut y) = (Vec::new(), Vec::new());
+            for r in &last {
+                if let (Some(l), Some(c)) = (r.num("n_layer"), r.num(&col)) {
+                    by.entry(l as u64).or_default().push(c);
+                    x.push(l.log2());
+                    y.push(c);
+                }
+            }
+            out.push(HopDepth {
+                bucket: b.clone(),
+                hop: h,
+                by_depth: by.iter().map(|(l, v)| (*l, MeanCi::of(v))).collect(),
+                slope: slope_ci(&x, &y),
+            });
+        }
+    }
+    out
+}
+
+/// Whether depth's effect changes sign with the hop count, per bucket: "yes" where one hop's
+/// slope interval lies above 0 and another's below, "no" where every hop's lies on one side,
+/// "inconclusive" otherwise. The numbers behind it go beside.
+pub fn hop_depth_json(cells: &[HopDepth]) -> Value {
+    let mut by: BTreeMap<&str, Vec<&HopDepth>> = BTreeMap::new();
+    for c in cells {
+        by.entry(&c.bucket).or_default().push(c);
+    }
+    let buckets: Vec<Value> = by
+        .into_iter()
+        .map(|(b, cs)| {
+            let sign = |c: &HopDepth| match c.slope {
+                Some(m) if m.above_zero() => "+",
+                Some(m) if m.below_zero() => "-",
+                _ => "0",
+            };
+            let signs: Vec<&str> = cs.iter().map(|c| sign(c)).collect();
+            let changes = if signs.contains(&"+") && signs.contains(&"-") {
+                "yes"
+            } else if !signs.contains(&"0") && !signs.is_empty() {
+                "no"
+            } else {
+                "inconclusive"
+            };
+            let hops: Vec<Value> = cs
+                .iter()
+                .map(|c| {
+                    json!({
+                        "hop": c.hop,
+                        "slope_per_doubling": c.slope.as_ref().map(ci_json),
+                        "sign": sign(c),
+                        "c_by_depth": c.by_depth.iter()
+                            .map(|(l, m)| json!({"n_layer": l, "c": ci_json(m)}))
+                            .collect::<Vec<_>>(),
+                    })
+                })
+                .collect();
+            json!({"bucket": b, "changes_sign": changes, "hops": hops})
+        })
+        .collect();
+    json!({
+        "test": "Per (bucket, hop count), every run at its last evaluation: the least-squares \
+                 slope of C (over that hop's eval queries) on log2 L, with a 95% t-interval over \
+                 runs. Depth's effect changes sign if one hop's interval lies above 0 and \
+                 another's below; it does not if every hop's lies on the same side.",
+        "buckets": buckets,
+    })
+}
+
 /// Every claim tested on `rows`.
 pub fn findings(rows: &[Row]) -> Vec<Finding> {
     let (depth, width) = groups(rows);
@@ -508,4 +598,38 @@ pub fn findings(rows: &[Row]) -> Vec<Finding> {
         tradeoff(&depth),
         errors(&depth),
     ]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn cell(hop: u32, lo: f64, hi: f64) -> HopDepth {
+        HopDepth {
+            bucket: "b".into(),
+            hop,
+            by_depth: Vec::new(),
+            slope: Some(MeanCi {
+                mean: (lo + hi) / 2.0,
+                lo,
+                hi,
+                n: 6,
+            }),
+        }
+    }
+
+    fn changes(cells: &[HopDepth]) -> Value {
+        hop_depth_json(cells)["buckets"][0]["changes_sign"].clone()
+    }
+
+    #[test]
+    fn depth_changes_sign_only_when_two_hops_resolve_opposite_sides() {
+        assert_eq!(changes(&[cell(1, -2.0, -1.0), cell(6, 0.5, 1.0)]), "yes");
+        assert_eq!(changes(&[cell(1, -2.0, -1.0), cell(6, -0.5, -0.1)]), "no");
+        assert_eq!(
+            changes(&[cell(1, -2.0, -1.0), cell(6, -0.5, 0.1)]),
+            "inconclusive"
+        );
+        assert_eq!(changes(&[cell(1, 1.0, 2.0), cell(6, 0.1, 0.3)]), "no");
+    }
 }

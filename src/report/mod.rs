@@ -346,6 +346,8 @@ pub fn write(input: &Path, out: Option<&Path>) -> Result<PathBuf> {
         )?;
     }
 
+    hop_depth_figures(&mut w, &findings::hop_depth(&depth))?;
+
     let _ = writeln!(w.md, "## The novelty–utility tradeoff (Figure 4)\n");
     let mut data = String::from("bucket,constraints,novelty_pooled_mean,lo,hi,runs\n");
     let mut series = Vec::new();
@@ -561,6 +563,7 @@ pub fn write(input: &Path, out: Option<&Path>) -> Result<PathBuf> {
             continue;
         }
         let f = findings::findings(&in_arm);
+        let hops = findings::hop_depth_json(&findings::hop_depth(&findings::groups(&in_arm).0));
         claims_table(
             &mut w,
             &format!(
@@ -571,7 +574,7 @@ pub fn write(input: &Path, out: Option<&Path>) -> Result<PathBuf> {
             &f,
         )?;
         by_arm.push(serde_json::json!({
-            "arm": a, "rows": in_arm.len(), "claims": f,
+            "arm": a, "rows": in_arm.len(), "claims": f, "hop_depth": hops,
         }));
     }
     let _ = writeln!(
@@ -583,6 +586,7 @@ pub fn write(input: &Path, out: Option<&Path>) -> Result<PathBuf> {
         "command": format!("lab report {}", input.display()),
         "compute_axis": "flops: training FLOPs without the LM head (SPEC §5)",
         "claims": found,
+        "hop_depth": findings::hop_depth_json(&findings::hop_depth(&depth)),
     });
     if let Some(a) = &arms {
         doc["arm"] = serde_json::to_value(&a[0])?;
@@ -597,6 +601,52 @@ pub fn write(input: &Path, out: Option<&Path>) -> Result<PathBuf> {
     let md = out.join("report.md");
     write_atomic(&md, w.md.as_bytes())?;
     Ok(md)
+}
+
+/// Creativity by hop count, a line per depth (mean, 95% CI over runs at their last
+/// evaluation), one figure per bucket: where depth's effect could change sign with the hops.
+fn hop_depth_figures(w: &mut Writer, cells: &[findings::HopDepth]) -> Result<()> {
+    let mut by: BTreeMap<&str, Vec<&findings::HopDepth>> = BTreeMap::new();
+    for c in cells {
+        by.entry(&c.bucket).or_default().push(c);
+    }
+    if !by.is_empty() {
+        let _ = writeln!(w.md, "## Creativity by hop count and depth\n");
+    }
+    for (b, cs) in by {
+        let mut data = String::from("bucket,hop,n_layer,c_mean,c_lo,c_hi,runs\n");
+        let mut lines: BTreeMap<u64, Series> = BTreeMap::new();
+        for c in &cs {
+            for (l, m) in &c.by_depth {
+                let _ = writeln!(
+                    data,
+                    "{b},{},{l},{},{},{},{}",
+                    c.hop, m.mean, m.lo, m.hi, m.n
+                );
+                lines
+                    .entry(*l)
+                    .or_insert_with(|| Series::line(&format!("L = {l}")))
+                    .push_interval(c.hop as f64, m.mean, m.lo, m.hi);
+            }
+        }
+        let fig = Figure::Lines {
+            title: format!("Creativity by hop count, bucket {b} (mean, 95% CI over seeds)"),
+            x_label: "hops".into(),
+            y_label: "C over that hop's eval queries, last evaluation".into(),
+            series: lines.into_values().collect(),
+            log_x: false,
+            log_y: false,
+        };
+        w.figure(
+            &format!("hop_depth_{b}"),
+            &fig,
+            &data,
+            &format!(
+                "C by hop count, a line per depth, bucket {b}: does depth help only on many hops?"
+            ),
+        )?;
+    }
+    Ok(())
 }
 
 /// A markdown table of claims and their verdicts under `title`.

@@ -106,6 +106,40 @@ pub fn bootstrap_best(groups: &[Vec<f64>], b: usize, seed: u64) -> Vec<f64> {
     wins.iter().map(|&w| w / b as f64).collect()
 }
 
+/// The least-squares slope of `y` on `x`, every point weighted equally (None under two
+/// distinct x).
+pub fn slope(x: &[f64], y: &[f64]) -> Option<f64> {
+    let n = x.len() as f64;
+    let (mx, my) = (x.iter().sum::<f64>() / n, y.iter().sum::<f64>() / n);
+    let sxx: f64 = x.iter().map(|a| (a - mx) * (a - mx)).sum();
+    let sxy: f64 = x.iter().zip(y).map(|(a, b)| (a - mx) * (b - my)).sum();
+    (sxx > 0.0).then(|| sxy / sxx)
+}
+
+/// The least-squares slope of `y` on `x` over every point (one per run), with its 95%
+/// t-interval on n − 2 degrees of freedom (None under three points or two distinct x).
+pub fn slope_ci(x: &[f64], y: &[f64]) -> Option<MeanCi> {
+    let n = x.len();
+    let b = slope(x, y).filter(|_| n >= 3)?;
+    let (mx, my) = (
+        x.iter().sum::<f64>() / n as f64,
+        y.iter().sum::<f64>() / n as f64,
+    );
+    let sxx: f64 = x.iter().map(|a| (a - mx) * (a - mx)).sum();
+    let sse: f64 = x
+        .iter()
+        .zip(y)
+        .map(|(a, c)| (c - my - b * (a - mx)).powi(2))
+        .sum();
+    let half = t975(n - 2) * (sse / (n - 2) as f64 / sxx).sqrt();
+    Some(MeanCi {
+        mean: b,
+        lo: b - half,
+        hi: b + half,
+        n,
+    })
+}
+
 /// Spearman's rank correlation of two equal-length samples (ties get mean ranks).
 pub fn spearman(x: &[f64], y: &[f64]) -> f64 {
     fn ranks(v: &[f64]) -> Vec<f64> {
@@ -137,6 +171,18 @@ pub fn spearman(x: &[f64], y: &[f64]) -> f64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn slope_ci_matches_a_hand_computed_regression() {
+        // y = 1, 3, 2, 5 at x = 0..3: slope 1.1, SSE 2.7, Sxx 5, t(2) = 4.303.
+        let m = slope_ci(&[0.0, 1.0, 2.0, 3.0], &[1.0, 3.0, 2.0, 5.0]).unwrap();
+        assert!((m.mean - 1.1).abs() < 1e-12, "{m:?}");
+        let half = 4.303 * (2.7f64 / 2.0 / 5.0).sqrt();
+        assert!((m.hi - m.mean - half).abs() < 1e-3, "{m:?}");
+        assert_eq!(m.n, 4);
+        assert!(slope_ci(&[1.0, 1.0, 1.0], &[1.0, 2.0, 3.0]).is_none());
+        assert!(slope_ci(&[1.0, 2.0], &[1.0, 2.0]).is_none());
+    }
 
     #[test]
     fn mean_ci_matches_a_hand_computed_t_interval() {

@@ -1,7 +1,7 @@
 //! `results.csv`: one row per run per evaluated epoch, with the run's config fields, parameter
 //! counts, cumulative FLOPs and every evaluation figure, read from the run directories.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 
 use anyhow::Result;
@@ -101,6 +101,21 @@ fn novelty_pooled_by_constraints(s: &Summary) -> Vec<(u32, f64)> {
     })
 }
 
+/// Creativity per hop count, every constraint level's queries pooled (each cell weighted by
+/// its query count): the hop axis of the hop × depth test.
+fn creativity_by_hop(s: &Summary) -> Vec<(u32, f64)> {
+    let mut by: BTreeMap<u32, (f64, f64)> = BTreeMap::new();
+    for c in &s.by_hop_level {
+        let e = by.entry(c.hop).or_default();
+        e.0 += c.figures.creativity * c.figures.n as f64;
+        e.1 += c.figures.n as f64;
+    }
+    by.into_iter()
+        .filter(|(_, (_, n))| *n > 0.0)
+        .map(|(h, (sum, n))| (h, sum / n))
+        .collect()
+}
+
 /// The rows of one run: one per evaluated epoch, read from its directory `row.dir`.
 fn records(sweep: &str, bucket: &str, row: &PlanRow, cfg: &Config) -> Result<Vec<Record>> {
     let lines = metrics::read_lines(&row.dir)?;
@@ -150,6 +165,9 @@ fn records(sweep: &str, bucket: &str, row: &PlanRow, cfg: &Config) -> Result<Vec
             }
             for (c, v) in novelty_pooled_by_constraints(&s) {
                 r.push((tags::novelty_pooled(c), v.into()));
+            }
+            for (h, v) in creativity_by_hop(&s) {
+                r.push((tags::creativity_by_hop(h), v.into()));
             }
         }
         out.push(r);

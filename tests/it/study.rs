@@ -79,6 +79,13 @@ fn figures_and_findings_regenerate_from_the_committed_runs() {
     }
     let md = std::fs::read_to_string(dir.join("report.md")).unwrap();
     assert!(md.contains("## The paper's claims"), "{md}");
+    // The hop × depth breakdown regenerates too, with its figure per depth bucket.
+    let doc =
+        |p: &Path| -> Value { serde_json::from_str(&std::fs::read_to_string(p).unwrap()).unwrap() };
+    let hops = doc(&dir.join("findings.json"))["hop_depth"].clone();
+    assert_eq!(hops, doc(&committed.join("findings.json"))["hop_depth"]);
+    assert_eq!(hops["buckets"].as_array().unwrap().len(), 2, "{hops}");
+    assert!(dir.join("hop_depth_20k.csv").exists());
 }
 
 /// With an `arms.toml`, each arm's verdicts read its own sweeps (and the runs it borrows), never
