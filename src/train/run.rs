@@ -167,6 +167,18 @@ impl Loop<'_> {
 /// tell the state of every run from its directory alone.
 pub fn train(opts: Options) -> Result<Outcome> {
     let cfg = &opts.config;
+    // Refused before anything is built or written: the run directory is left as it was.
+    let precision = Precision::resolve(cfg.train.precision, &opts.device);
+    if opts.kernels == Some(Kernels::Fused)
+        && (!opts.device.is_cpu() || precision != Precision::Fp32)
+    {
+        bail!(
+            "--kernels fused: the fused kernels run on the CPU in fp32 only, and this run is on {} \
+             with train.precision = {}",
+            crate::device::name(&opts.device),
+            precision.name()
+        );
+    }
     let data_dir = dataset::default_dir(cfg);
     dataset::ensure(cfg, &data_dir, false)?;
     let data = DataDir::open(&data_dir)?;
@@ -272,9 +284,6 @@ fn train_in(
     }
     model.set_precision(precision);
     if let Some(k) = opts.kernels {
-        if k == Kernels::Fused && (!device.is_cpu() || precision != Precision::Fp32) {
-            bail!("--kernels fused: the fused kernels run on the CPU in fp32 only");
-        }
         model.kernels = k;
     }
     let metrics = Metrics::open(&run_dir, opts.resume.then_some(state.step))?;

@@ -209,6 +209,22 @@ const CASES: &[Case] = &[
         needles: &["--set train.lrr=1", "train.lrr", "unknown field"],
     },
     Case {
+        name: "fused kernels in bf16",
+        setup: nothing,
+        args: &[
+            "train",
+            "--device",
+            "cpu",
+            "--config",
+            "micro.toml",
+            "--kernels",
+            "fused",
+            "--set",
+            "train.precision=bf16",
+        ],
+        needles: &["--kernels fused", "fp32 only", "train.precision = bf16"],
+    },
+    Case {
         name: "override without a value",
         setup: nothing,
         args: &["data", "--config", "micro.toml", "--set", "train.lr"],
