@@ -32,6 +32,14 @@ fn cuda(n: usize) -> Result<Device> {
         .map_err(|e| anyhow::anyhow!("--device: cannot open CUDA device {n}: {e}"))?;
     // f32 matmuls on TF32 tensor cores: ~8x the f32 rate on Hopper, at 10-bit mantissas.
     candle_core::cuda::set_gemm_reduced_precision_f32(true);
+    // cudarc gives every allocation a read and a write event to order its uses across
+    // streams; `new_cuda` runs everything on one stream (the per-thread one), where they
+    // order nothing and cost 2 event creations and destructions per tensor.
+    if let Device::Cuda(c) = &d {
+        // SAFETY: the lab never creates a second stream, so no tensor is used, written or
+        // freed across streams; this runs before any tensor of the device exists.
+        unsafe { c.disable_event_tracking() };
+    }
     Ok(d)
 }
 
