@@ -13,6 +13,7 @@ pub mod progress;
 pub mod report;
 pub mod rng;
 pub mod rundir;
+pub mod runtime;
 pub mod search;
 pub mod shipped;
 pub mod sweep;

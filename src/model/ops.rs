@@ -252,10 +252,12 @@ pub fn layer_norm(x: &Tensor, w: &Tensor, b: &Tensor) -> Result<Tensor> {
 
 /// Causal multi-head self-attention over packed q|k|v rows (N, 3E), as HF GPT-2 lays out the
 /// `c_attn` output, for sequences of lengths `lens` stored back to back. Returns (N, E) with
-/// heads concatenated.
+/// heads concatenated. The forward keeps each sequence's gathered heads and probabilities for
+/// the backward, which then recomputes nothing.
 struct CausalAttention {
     n_head: usize,
     lens: Vec<usize>,
+    saved: std::sync::Mutex<Vec<Heads>>,
 }
 
 /// The (start row, length) of every sequence of lengths `lens` stored back to back.
@@ -274,13 +276,13 @@ fn spans(lens: &[usize]) -> Vec<(usize, usize)> {
 const KB: usize = fastmath::LANES;
 type Block = [f32; KB];
 
-/// One head of one sequence, gathered so that the attention's inner loops work on whole
+/// Every head of one sequence, gathered so that the attention's inner loops work on whole
 /// blocks of 8 keys held in one vector register: q row-major (T×hd), k and v transposed into
-/// hd rows of NB key blocks. Head sizes are small (3 to 88 in the studies), so loops over the
-/// head dimension would use a fraction of a vector; blocks of keys do not, and their length is
-/// known to the compiler, so no loop has a scalar tail. Query t works on the blocks up to the
-/// one holding key t; keys after t have probability exactly 0.
-struct Head {
+/// hd rows of NB key blocks, per head. Head sizes are small (3 to 88 in the studies), so loops
+/// over the head dimension would use a fraction of a vector; blocks of keys do not, and their
+/// length is known to the compiler, so no loop has a scalar tail. Query t works on the blocks
+/// up to the one holding key t; keys after t have probability exactly 0.
+struct Heads {
     t_len: usize,
     hd: usize,
     /// Key blocks per row: T rounded up to whole blocks.
@@ -288,7 +290,7 @@ struct Head {
     q: Vec<f32>,
     kt: Vec<Block>,
     vt: Vec<Block>,
-    /// Causal softmax, T rows of NB blocks; row t is 0 after key t.
+    /// Causal softmax, T rows of NB blocks per head; row t is 0 after key t.
     p: Vec<Block>,
 }
 
@@ -319,18 +321,51 @@ fn dot_blocks(x: &[Block], y: &[Block]) -> f32 {
     hsum(&acc)
 }
 
-impl Head {
-    fn new(t_len: usize, hd: usize) -> Head {
+impl Heads {
+    /// Gather the `n_head` heads of the q|k|v rows `x` (T rows of 3E) and compute their
+    /// probabilities.
+    #[inline(always)]
+    fn load(x: &[f32], t_len: usize, e: usize, n_head: usize) -> Heads {
+        let hd = e / n_head;
         let nb = t_len.div_ceil(KB);
-        Head {
+        let mut s = Heads {
             t_len,
             hd,
             nb,
-            q: vec![0.0; t_len * hd],
-            kt: vec![[0.0; KB]; hd * nb],
-            vt: vec![[0.0; KB]; hd * nb],
-            p: vec![[0.0; KB]; t_len * nb],
+            q: vec![0.0; n_head * t_len * hd],
+            kt: vec![[0.0; KB]; e * nb],
+            vt: vec![[0.0; KB]; e * nb],
+            p: vec![[0.0; KB]; n_head * t_len * nb],
+        };
+        for t in 0..t_len {
+            let row = &x[t * 3 * e..][..3 * e];
+            for h in 0..n_head {
+                s.q[(h * t_len + t) * hd..][..hd].copy_from_slice(&row[h * hd..][..hd]);
+            }
+            // Row c of kt and vt is channel c of the keys and values: head c / hd.
+            for c in 0..e {
+                s.kt[c * nb + t / KB][t % KB] = row[e + c];
+                s.vt[c * nb + t / KB][t % KB] = row[2 * e + c];
+            }
         }
+        let scale = 1.0 / (hd as f32).sqrt();
+        for h in 0..n_head {
+            for t in 0..t_len {
+                let n = Heads::blocks(t);
+                let q = &s.q[(h * t_len + t) * hd..][..hd];
+                let kt = &s.kt[h * hd * nb..][..hd * nb];
+                let row = &mut s.p[(h * t_len + t) * nb..][..n];
+                for (b, out) in row.iter_mut().enumerate() {
+                    let mut acc = [0f32; KB];
+                    for (i, &qi) in q.iter().enumerate() {
+                        fma_block(&mut acc, qi * scale, &kt[i * nb + b]);
+                    }
+                    *out = acc;
+                }
+                softmax_blocks(row, t);
+            }
+        }
+        s
     }
 
     /// The blocks query t works on.
@@ -339,70 +374,54 @@ impl Head {
         t / KB + 1
     }
 
-    /// Gather head `h` of the q|k|v rows `x` (T rows of 3E) and compute its probabilities.
+    /// Head h's query t.
     #[inline(always)]
-    fn load(&mut self, x: &[f32], e: usize, h: usize) {
-        let (hd, nb) = (self.hd, self.nb);
-        for t in 0..self.t_len {
-            let row = &x[t * 3 * e + h * hd..];
-            self.q[t * hd..][..hd].copy_from_slice(&row[..hd]);
-            for i in 0..hd {
-                self.kt[i * nb + t / KB][t % KB] = row[e + i];
-                self.vt[i * nb + t / KB][t % KB] = row[2 * e + i];
-            }
-        }
-        let scale = 1.0 / (hd as f32).sqrt();
-        for t in 0..self.t_len {
-            let q = &self.q[t * hd..][..hd];
-            let n = Head::blocks(t);
-            let row = &mut self.p[t * nb..][..n];
-            for (b, out) in row.iter_mut().enumerate() {
-                let mut acc = [0f32; KB];
-                for (i, &qi) in q.iter().enumerate() {
-                    fma_block(&mut acc, qi * scale, &self.kt[i * nb + b]);
-                }
-                *out = acc;
-            }
-            // Softmax over keys 0..=t; the rest of the last block is masked to 0.
-            row[n - 1][t % KB + 1..].fill(f32::NEG_INFINITY);
-            let mut m = [f32::NEG_INFINITY; KB];
-            for blk in row.iter() {
-                for (m, &v) in m.iter_mut().zip(blk) {
-                    *m = if v > *m { v } else { *m };
-                }
-            }
-            let m = m.iter().copied().fold(f32::NEG_INFINITY, f32::max);
-            for blk in row.iter_mut() {
-                for v in blk.iter_mut() {
-                    *v = fastmath::exp(*v - m);
-                }
-            }
-            row[n - 1][t % KB + 1..].fill(0.0);
-            let mut sum = [0f32; KB];
-            for blk in row.iter() {
-                for (s, &v) in sum.iter_mut().zip(blk) {
-                    *s += v;
-                }
-            }
-            let inv = 1.0 / hsum(&sum);
-            for blk in row.iter_mut() {
-                for v in blk.iter_mut() {
-                    *v *= inv;
-                }
-            }
-        }
+    fn q(&self, h: usize, t: usize) -> &[f32] {
+        &self.q[(h * self.t_len + t) * self.hd..][..self.hd]
     }
 
-    /// Query t's probabilities, over its blocks.
+    /// Head h's query t's probabilities, over its blocks.
     #[inline(always)]
-    fn probs(&self, t: usize) -> &[Block] {
-        &self.p[t * self.nb..][..Head::blocks(t)]
+    fn probs(&self, h: usize, t: usize) -> &[Block] {
+        &self.p[(h * self.t_len + t) * self.nb..][..Heads::blocks(t)]
     }
 
-    /// Row `i` of a transposed buffer, over query t's blocks.
+    /// Head h's rows of a transposed buffer (hd rows of NB blocks).
     #[inline(always)]
-    fn keys<'a>(&self, buf: &'a [Block], i: usize, t: usize) -> &'a [Block] {
-        &buf[i * self.nb..][..Head::blocks(t)]
+    fn rows<'a>(&self, buf: &'a [Block], h: usize) -> &'a [Block] {
+        &buf[h * self.hd * self.nb..][..self.hd * self.nb]
+    }
+}
+
+/// Softmax in place over keys 0..=t of a row of blocks; the rest of the last block is 0.
+#[inline(always)]
+fn softmax_blocks(row: &mut [Block], t: usize) {
+    let n = row.len();
+    row[n - 1][t % KB + 1..].fill(f32::NEG_INFINITY);
+    let mut m = [f32::NEG_INFINITY; KB];
+    for blk in row.iter() {
+        for (m, &v) in m.iter_mut().zip(blk) {
+            *m = if v > *m { v } else { *m };
+        }
+    }
+    let m = m.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+    for blk in row.iter_mut() {
+        for v in blk.iter_mut() {
+            *v = fastmath::exp(*v - m);
+        }
+    }
+    row[n - 1][t % KB + 1..].fill(0.0);
+    let mut sum = [0f32; KB];
+    for blk in row.iter() {
+        for (s, &v) in sum.iter_mut().zip(blk) {
+            *s += v;
+        }
+    }
+    let inv = 1.0 / hsum(&sum);
+    for blk in row.iter_mut() {
+        for v in blk.iter_mut() {
+            *v *= inv;
+        }
     }
 }
 
@@ -421,6 +440,26 @@ fn split_rows<'a>(
     parts
 }
 
+/// Every sequence's gathered heads, in parallel.
+fn gather(qkv: &[f32], spans: &[(usize, usize)], e: usize, n_head: usize) -> Vec<Heads> {
+    spans
+        .par_iter()
+        .map(|&(start, t_len)| {
+            fastmath::wide(
+                #[inline(always)]
+                || {
+                    Heads::load(
+                        &qkv[start * 3 * e..(start + t_len) * 3 * e],
+                        t_len,
+                        e,
+                        n_head,
+                    )
+                },
+            )
+        })
+        .collect()
+}
+
 impl CustomOp1 for CausalAttention {
     fn name(&self) -> &'static str {
         "lab-causal-attention"
@@ -431,7 +470,6 @@ impl CustomOp1 for CausalAttention {
         let qkv = f32s(s, l, self.name())?;
         let (n, e3) = l.shape().dims2()?;
         let e = e3 / 3;
-        let hd = e / self.n_head;
         let spans = spans(&self.lens);
         if self.lens.iter().sum::<usize>() != n {
             bail!(
@@ -439,47 +477,52 @@ impl CustomOp1 for CausalAttention {
                 self.name()
             );
         }
+        let heads = gather(qkv, &spans, e, self.n_head);
         let mut y = vec![0f32; n * e];
         split_rows(&mut y, &spans, e)
             .into_par_iter()
-            .zip(spans.par_iter())
-            .for_each(|(yb, &(start, t_len))| {
+            .zip(heads.par_iter())
+            .for_each(|(yb, hb)| {
                 fastmath::wide(
                     #[inline(always)]
                     || {
-                        let xb = &qkv[start * e3..(start + t_len) * e3];
-                        let mut hb = Head::new(t_len, hd);
+                        let hd = hb.hd;
                         for h in 0..self.n_head {
-                            hb.load(xb, e, h);
-                            for t in 0..t_len {
-                                let p = hb.probs(t);
+                            let vt = hb.rows(&hb.vt, h);
+                            for t in 0..hb.t_len {
+                                let (p, n) = (hb.probs(h, t), Heads::blocks(t));
                                 for i in 0..hd {
-                                    yb[t * e + h * hd + i] = dot_blocks(p, hb.keys(&hb.vt, i, t));
+                                    yb[t * e + h * hd + i] = dot_blocks(p, &vt[i * hb.nb..][..n]);
                                 }
                             }
                         }
                     },
                 )
             });
+        *self.saved.lock().expect("attention heads") = heads;
         Ok((CpuStorage::F32(y), Shape::from((n, e))))
     }
 
     fn bwd(&self, qkv: &Tensor, _y: &Tensor, dy: &Tensor) -> Result<Option<Tensor>> {
+        let heads = std::mem::take(&mut *self.saved.lock().expect("attention heads"));
         let d = qkv.apply_op2_no_bwd(
             &dy.contiguous()?,
             &CausalAttentionBwd {
                 n_head: self.n_head,
                 spans: spans(&self.lens),
+                heads: std::sync::Mutex::new(heads),
             },
         )?;
         Ok(Some(d))
     }
 }
 
-/// d(qkv) from dy, recomputing the probabilities (cheap for T ≤ 64).
+/// d(qkv) from dy and the forward's saved heads (gathered again if they are gone: a second
+/// backward through the same graph).
 struct CausalAttentionBwd {
     n_head: usize,
     spans: Vec<(usize, usize)>,
+    heads: std::sync::Mutex<Vec<Heads>>,
 }
 
 impl candle_core::CustomOp2 for CausalAttentionBwd {
@@ -501,34 +544,36 @@ impl candle_core::CustomOp2 for CausalAttentionBwd {
         let e = e3 / 3;
         let hd = e / self.n_head;
         let scale = 1.0 / (hd as f32).sqrt();
+        let mut heads = std::mem::take(&mut *self.heads.lock().expect("attention heads"));
+        if heads.len() != self.spans.len() {
+            heads = gather(qkv, &self.spans, e, self.n_head);
+        }
         let mut dqkv = vec![0f32; qkv.len()];
         split_rows(&mut dqkv, &self.spans, e3)
             .into_par_iter()
-            .zip(self.spans.par_iter())
-            .for_each(|(dxb, &(start, t_len))| {
+            .zip(self.spans.par_iter().zip(heads.par_iter()))
+            .for_each(|(dxb, (&(start, t_len), hb))| {
                 fastmath::wide(
                     #[inline(always)]
                     || {
-                        let xb = &qkv[start * e3..(start + t_len) * e3];
                         let dyb = &dy[start * e..(start + t_len) * e];
-                        let mut hb = Head::new(t_len, hd);
                         let nb = hb.nb;
                         let (mut dkt, mut dvt) =
                             (vec![[0f32; KB]; hd * nb], vec![[0f32; KB]; hd * nb]);
                         let (mut dp, mut ds) = (vec![[0f32; KB]; nb], vec![[0f32; KB]; nb]);
                         for h in 0..self.n_head {
-                            hb.load(xb, e, h);
+                            let (kt, vt) = (hb.rows(&hb.kt, h), hb.rows(&hb.vt, h));
                             dkt.fill([0.0; KB]);
                             dvt.fill([0.0; KB]);
                             for t in 0..t_len {
-                                let (p, n) = (hb.probs(t), Head::blocks(t));
+                                let (p, n) = (hb.probs(h, t), Heads::blocks(t));
                                 let dyt = &dyb[t * e + h * hd..][..hd];
                                 // dp_j = dy_t · v_j
                                 let dp = &mut dp[..n];
                                 for (b, out) in dp.iter_mut().enumerate() {
                                     let mut acc = [0f32; KB];
                                     for (i, &g) in dyt.iter().enumerate() {
-                                        fma_block(&mut acc, g, &hb.vt[i * nb + b]);
+                                        fma_block(&mut acc, g, &vt[i * nb + b]);
                                     }
                                     *out = acc;
                                 }
@@ -541,13 +586,14 @@ impl candle_core::CustomOp2 for CausalAttentionBwd {
                                     }
                                 }
                                 // dq_t = Σ_j ds_j k_j; dk_j += ds_j q_t; dv_j += p_j dy_t
-                                let q = &hb.q[t * hd..][..hd];
+                                let q = hb.q(h, t);
                                 for i in 0..hd {
-                                    dxb[t * e3 + h * hd + i] =
-                                        dot_blocks(ds, hb.keys(&hb.kt, i, t));
+                                    dxb[t * e3 + h * hd + i] = dot_blocks(ds, &kt[i * nb..][..n]);
+                                    let (dk, dv) =
+                                        (&mut dkt[i * nb..][..n], &mut dvt[i * nb..][..n]);
                                     for b in 0..n {
-                                        fma_block(&mut dkt[i * nb + b], q[i], &ds[b]);
-                                        fma_block(&mut dvt[i * nb + b], dyt[i], &p[b]);
+                                        fma_block(&mut dk[b], q[i], &ds[b]);
+                                        fma_block(&mut dv[b], dyt[i], &p[b]);
                                     }
                                 }
                             }
@@ -570,6 +616,7 @@ pub fn causal_attention(qkv: &Tensor, lens: &[usize], n_head: usize) -> Result<T
     qkv.contiguous()?.apply_op1(CausalAttention {
         n_head,
         lens: lens.to_vec(),
+        saved: Default::default(),
     })
 }
 
