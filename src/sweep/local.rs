@@ -2,6 +2,7 @@
 //! at a time, each with its share of the cores; partial runs resume from their checkpoints.
 
 use std::fs::OpenOptions;
+use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
@@ -20,6 +21,17 @@ pub struct Tally {
     pub interrupted: Vec<String>,
 }
 
+/// The binary every run starts: this process's own. On Linux `/proc/self/exe` opens the file
+/// this process started from even after its path is replaced (a rebuild moving a new binary
+/// into place), so every run of a sweep trains on the binary the sweep started with.
+fn own_binary() -> Result<PathBuf> {
+    let proc = Path::new("/proc/self/exe");
+    if proc.exists() {
+        return Ok(proc.to_path_buf());
+    }
+    std::env::current_exe().context("finding the lab binary")
+}
+
 fn spawn(row: &PlanRow, threads: usize, device: &str) -> Result<Child> {
     std::fs::create_dir_all(&row.dir)
         .with_context(|| format!("{}: cannot create directory", row.dir.display()))?;
@@ -28,7 +40,7 @@ fn spawn(row: &PlanRow, threads: usize, device: &str) -> Result<Child> {
         .append(true)
         .open(row.dir.join("train.log"))
         .with_context(|| format!("{}: cannot open train.log", row.dir.display()))?;
-    let mut c = Command::new(std::env::current_exe().context("finding the lab binary")?);
+    let mut c = Command::new(own_binary()?);
     c.arg("train")
         .arg("--config")
         .arg(&row.config)

@@ -440,6 +440,51 @@ fn a_failed_run_is_shown_with_its_log_and_left_out_of_results() {
     assert_eq!(rows.len(), 2, "only the good run's 2 epochs");
 }
 
+#[test]
+fn every_run_of_a_local_sweep_trains_on_the_binary_the_sweep_started_with() {
+    // A rebuild that moves a new binary over the sweep's path mid-sweep (as `cargo build` and
+    // scripts/study.sh do) must not change the binary of the runs still to start.
+    let ws = workspace();
+    let bin = ws.path().join("lab");
+    std::fs::copy(env!("CARGO_BIN_EXE_lab"), &bin).unwrap();
+    let text = std::fs::read_to_string(ws.path().join("sweeps/smoke.toml"))
+        .unwrap()
+        .replace("[grid.model]\nn_layer = [1, 2]\n\n", "");
+    let p = ws.path().join("sweeps/two.toml");
+    std::fs::write(&p, text).unwrap();
+    let mut sweep = Command::new(&bin)
+        .current_dir(ws.path())
+        .args(["sweep", "run"])
+        .arg(&p)
+        .args(["--backend", "local", "--jobs", "1"])
+        .spawn()
+        .unwrap();
+    let first = Instant::now();
+    let started = || {
+        std::fs::read_dir(runs_dir(ws.path()))
+            .map(|d| d.flatten().any(|e| e.path().join("train.log").exists()))
+            .unwrap_or(false)
+    };
+    while !started() {
+        assert!(first.elapsed() < Duration::from_secs(120), "no run started");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    // The first run is training: a binary that cannot train replaces the sweep's path.
+    let broken = ws.path().join("lab.new");
+    std::fs::write(&broken, "#!/bin/sh\nexit 7\n").unwrap();
+    std::fs::set_permissions(&broken, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    std::fs::rename(&broken, &bin).unwrap();
+    assert!(sweep.wait().unwrap().success(), "the sweep failed");
+    let runs: Vec<PathBuf> = std::fs::read_dir(runs_dir(ws.path()))
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .collect();
+    assert_eq!(runs.len(), 2, "{runs:?}");
+    for r in runs {
+        assert!(r.join("DONE").exists(), "{} is not done", r.display());
+    }
+}
+
 /// `lab sweep run sweeps/smoke.toml --backend slurm --dry-run` with `extra`, in `ws`,
 /// expecting exit `code`.
 fn slurm_dry_run(ws: &Path, extra: &[&str], code: i32) -> std::process::Output {
