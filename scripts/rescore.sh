@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Re-score every committed answer file of a study (results/<study>/runs/*/eval/*.jsonl.gz) with
 # `lab score`, rebuilding each run's world from its config.toml, and check that it gives the
-# committed summary byte for byte. Prints one line per mismatch and a count; exit 1 on any.
+# committed summary byte for byte; sampled answers (*.samples.jsonl.gz) are scored as sets. Prints one line per mismatch and a count; exit 1 on any.
 #
 #   scripts/rescore.sh results/repro-cpu
 set -euo pipefail
@@ -23,7 +23,9 @@ for run in "$dir"/runs/*/; do
   for answers in "$run"/eval/epoch-*.jsonl.gz; do
     [ -e "$answers" ] || continue
     stem=$(basename "$answers" .jsonl.gz)
-    "$LAB" score --data "$tmp/data" --answers "$answers" --out "$tmp/s.jsonl" >/dev/null
+    sets=()
+    case $stem in *.samples) sets=(--sets) ;; esac
+    "$LAB" score --data "$tmp/data" --answers "$answers" "${sets[@]}" --out "$tmp/s.jsonl" >/dev/null
     n=$((n + 1))
     if ! cmp -s "$tmp/s.summary.json" "$run/eval/$stem.summary.json"; then
       echo "MISMATCH $run/eval/$stem.summary.json"

@@ -300,6 +300,15 @@ pub struct EvalConfig {
     pub batch_rows: u32,
     /// Answers sampled per query at each epoch's evaluation, besides the greedy one (0: off).
     pub samples: u32,
+    /// Which evaluations draw those samples: `every` one (the default) or only the `last`
+    /// epoch's, a study's set metrics at an eighth of the decoding.
+    #[serde(skip_serializing_if = "SamplesAt::is_every")]
+    pub samples_at: SamplesAt,
+    /// A temperature grid (empty, the default: `temperature` alone). A model without a hash
+    /// prefix samples the tuning split at each and draws the eval set's samples at the one
+    /// whose set score s(S) was best there: chosen on `tune.jsonl`, never on the eval queries.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub temperatures: Vec<f64>,
     /// Sampling temperature, top-k (0: off) and top-p (1.0: off) for those samples.
     pub temperature: f64,
     pub top_k: u32,
@@ -320,12 +329,29 @@ impl Default for EvalConfig {
             every: 1,
             batch_rows: 512,
             samples: 0,
+            samples_at: SamplesAt::Every,
+            temperatures: Vec::new(),
             temperature: 1.0,
             top_k: 0,
             top_p: 1.0,
             gamma: 0.9,
             coverage_k: 2,
         }
+    }
+}
+
+/// `eval.samples_at`: which evaluations draw `eval.samples` answers per query.
+#[derive(Clone, Copy, Debug, Default, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "lowercase")]
+pub enum SamplesAt {
+    #[default]
+    Every,
+    Last,
+}
+
+impl SamplesAt {
+    fn is_every(&self) -> bool {
+        *self == SamplesAt::Every
     }
 }
 
@@ -722,6 +748,21 @@ impl Config {
             return err(
                 "eval.temperature",
                 format!("must be > 0, got {}", e.temperature),
+            );
+        }
+        if let Some(t) = e
+            .temperatures
+            .iter()
+            .find(|t| !(t.is_finite() && **t > 0.0))
+        {
+            return err("eval.temperatures", format!("must all be > 0, got {t}"));
+        }
+        if !e.temperatures.is_empty() && (e.samples == 0 || self.data.tune_base_paths_per_hop == 0)
+        {
+            return err(
+                "eval.temperatures",
+                "a grid needs eval.samples > 0 and a tuning split (data.tune_base_paths_per_hop > 0) to choose on"
+                    .to_string(),
             );
         }
         if !(e.top_p > 0.0 && e.top_p <= 1.0) {

@@ -31,6 +31,8 @@ pub const SET_MEAN_DISTANCE: &str = "eval/set/mean_distance";
 pub const SET_NOVELTY_VALID: &str = "eval/set/novelty_valid";
 pub const SET_VALID_RATE: &str = "eval/set/valid_rate";
 pub const SET_CREATIVITY: &str = "eval/set/creativity";
+/// The temperature the eval set's samples were drawn at, chosen on the tuning split.
+pub const SET_TEMPERATURE: &str = "eval/set/temperature";
 
 /// Columns of `results.csv` that collect derives from an epoch's summary.
 pub const ROLLUP: &str = "rollup/";
@@ -43,6 +45,11 @@ pub fn err(kind: &str) -> String {
 
 pub fn set_patience(gamma: &str) -> String {
     format!("{SET}patience_{gamma}")
+}
+
+/// A set figure of the tuning split's samples at temperature `t`: `tune/set/<figure>/t<t>`.
+pub fn tune_set(figure: &str, t: f64) -> String {
+    format!("tune/set/{figure}/t{t}")
 }
 
 pub fn rollup(category: &str) -> String {

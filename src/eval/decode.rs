@@ -23,6 +23,20 @@ pub enum Decode {
     },
 }
 
+impl Decode {
+    /// The same decoding at temperature `t` (greedy stays greedy).
+    pub fn at_temperature(self, t: f64) -> Decode {
+        match self {
+            Decode::Greedy => Decode::Greedy,
+            Decode::Sample { top_k, top_p, .. } => Decode::Sample {
+                temperature: t,
+                top_k,
+                top_p,
+            },
+        }
+    }
+}
+
 /// One generated answer: its tokens before `<eos>`, and whether `<eos>` came within budget.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Generated {

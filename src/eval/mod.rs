@@ -14,7 +14,7 @@ use std::path::{Path, PathBuf};
 use anyhow::{Context, Result};
 use serde_json::{Map, Value};
 
-use crate::config::Config;
+use crate::config::{Config, SamplesAt};
 use crate::dataset::DataDir;
 use crate::dataset::evalset::EvalQuery;
 use crate::dataset::example::prompt;
@@ -312,13 +312,15 @@ pub fn figures(s: &Summary) -> Vec<(String, f64)> {
     out
 }
 
-/// The evaluation at the end of epoch `epoch` of a run: greedy decoding of the whole eval set,
-/// written to `eval/epoch-NN.*`; returns the figures to log.
+/// The evaluation at the end of epoch `epoch` of a run (`last`: the final one): greedy
+/// decoding of the whole eval set, written to `eval/epoch-NN.*`, and the sampled answers where
+/// `eval.samples_at` says; returns the figures to log.
 pub fn epoch(
     cfg: &Config,
     model: &Gpt,
     data: &DataDir,
     epoch: u64,
+    last: bool,
     run_dir: &Path,
 ) -> Result<Vec<(String, f64)>> {
     let queries = data.eval()?;
@@ -326,7 +328,12 @@ pub fn epoch(
     let summary = summarise(&results);
     write(&rundir::eval_stem(run_dir, epoch), &results, &summary)?;
     let mut out = figures(&summary);
-    if let Some(s) = Settings::sampled(cfg) {
+    let sampled =
+        Settings::sampled(cfg).filter(|_| last || cfg.eval.samples_at == SamplesAt::Every);
+    if let Some(mut s) = sampled {
+        if let Some(t) = choose_temperature(cfg, model, data, &s, &mut out)? {
+            s.decode = s.decode.at_temperature(t);
+        }
         // The sampled answers' set figures are logged under tags::SET.
         let results = evaluate(model, data, &queries, &s)?;
         let summary = summarise(&results);
@@ -342,6 +349,43 @@ pub fn epoch(
         );
     }
     Ok(out)
+}
+
+/// The temperature of `eval.temperatures` whose samples of the tuning split have the best set
+/// score s(S) (the first of equals), for a model that samples (no hash prefix) with a grid; each
+/// one's set score and coverage there go to `out`, the choice as `eval/set/temperature`.
+fn choose_temperature(
+    cfg: &Config,
+    model: &Gpt,
+    data: &DataDir,
+    s: &Settings,
+    out: &mut Vec<(String, f64)>,
+) -> Result<Option<f64>> {
+    let grid = &cfg.eval.temperatures;
+    if grid.is_empty() || !matches!(s.decode, Decode::Sample { .. }) {
+        return Ok(None);
+    }
+    let tune = data
+        .tune()?
+        .context("eval.temperatures: the data directory has no tuning split")?;
+    let mut best: Option<(f64, f64)> = None;
+    for &t in grid {
+        let at = Settings {
+            decode: s.decode.at_temperature(t),
+            ..*s
+        };
+        let set = summarise(&evaluate(model, data, &tune, &at)?)
+            .set
+            .context("sampled answers have set figures")?;
+        out.push((tags::tune_set("score", t), set.score));
+        out.push((tags::tune_set("coverage", t), set.coverage));
+        if best.is_none_or(|(_, b)| set.score > b) {
+            best = Some((t, set.score));
+        }
+    }
+    let t = best.map(|(t, _)| t);
+    out.extend(t.map(|t| (tags::SET_TEMPERATURE.to_string(), t)));
+    Ok(t)
 }
 
 /// Which checkpoint of a run to evaluate.

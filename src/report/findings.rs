@@ -89,20 +89,32 @@ pub fn groups(rows: &[Row]) -> (Vec<Group<'_>>, Vec<Group<'_>>) {
 }
 
 /// The C of every run of a group at one common compute: the most that every run reached.
-/// Returns that compute and, per value of `key`, the runs' C there (one per seed and head).
-pub fn at_common_compute(rows: &[&Row], key: &str, axis: &str) -> (f64, BTreeMap<u64, Vec<f64>>) {
+/// Returns that compute and each run's first row with its C there.
+pub fn at_compute<'a>(rows: &[&'a Row], axis: &str) -> (f64, Vec<(&'a Row, f64)>) {
     let c = curves(rows, axis);
     let common = c
         .values()
         .filter_map(|v| v.last().map(|p| p.0))
         .fold(f64::INFINITY, f64::min);
+    let at = c
+        .values()
+        .filter_map(|v| {
+            let pts: Vec<(f64, f64)> = v
+                .iter()
+                .filter_map(|(f, r)| r.num(tags::CREATIVITY).map(|x| (*f, x)))
+                .collect();
+            at_log_x(&pts, common).map(|x| (v[0].1, x))
+        })
+        .collect();
+    (common, at)
+}
+
+/// [`at_compute`], the runs' C grouped by the value of `key` (one per seed and head).
+pub fn at_common_compute(rows: &[&Row], key: &str, axis: &str) -> (f64, BTreeMap<u64, Vec<f64>>) {
+    let (common, at) = at_compute(rows, axis);
     let mut out: BTreeMap<u64, Vec<f64>> = BTreeMap::new();
-    for v in c.values() {
-        let pts: Vec<(f64, f64)> = v
-            .iter()
-            .filter_map(|(f, r)| r.num(tags::CREATIVITY).map(|x| (*f, x)))
-            .collect();
-        if let (Some(x), Some(k)) = (at_log_x(&pts, common), v[0].1.num(key)) {
+    for (r, x) in at {
+        if let Some(k) = r.num(key) {
             out.entry(k.to_bits()).or_default().push(x);
         }
     }
@@ -114,18 +126,32 @@ fn key_value(bits: u64) -> f64 {
 }
 
 fn overall(vs: &[Verdict]) -> Verdict {
+    all_of(
+        vs,
+        [
+            Verdict::Reproduced,
+            Verdict::NotReproduced,
+            Verdict::Inconclusive,
+            Verdict::NotTested,
+        ],
+    )
+}
+
+/// Several cells' verdicts as one, given as [yes, no, unsure, untested]: yes only if every
+/// cell says yes, no if any says no, untested without cells, unsure otherwise.
+pub fn all_of<T: Copy + PartialEq>(vs: &[T], [yes, no, unsure, untested]: [T; 4]) -> T {
     if vs.is_empty() {
-        Verdict::NotTested
-    } else if vs.iter().all(|v| *v == Verdict::Reproduced) {
-        Verdict::Reproduced
-    } else if vs.contains(&Verdict::NotReproduced) {
-        Verdict::NotReproduced
+        untested
+    } else if vs.iter().all(|v| *v == yes) {
+        yes
+    } else if vs.contains(&no) {
+        no
     } else {
-        Verdict::Inconclusive
+        unsure
     }
 }
 
-fn ci_json(m: &MeanCi) -> Value {
+pub fn ci_json(m: &MeanCi) -> Value {
     json!({"mean": m.mean, "lo": m.lo, "hi": m.hi, "n": m.n})
 }
 
@@ -354,7 +380,7 @@ fn width_claim(width: &[Group]) -> Finding {
 }
 
 /// The last evaluation of every run of a group.
-fn finals<'a>(rows: &[&'a Row]) -> Vec<&'a Row> {
+pub fn finals<'a>(rows: &[&'a Row]) -> Vec<&'a Row> {
     curves(rows, FLOPS)
         .values()
         .filter_map(|v| v.last().map(|p| p.1))

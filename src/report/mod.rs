@@ -3,6 +3,7 @@
 
 pub mod arms;
 pub mod findings;
+pub mod objectives;
 pub mod plot;
 pub mod stats;
 
@@ -549,7 +550,7 @@ pub fn write(input: &Path, out: Option<&Path>) -> Result<PathBuf> {
         )?;
     }
 
-    objectives(&mut w, &finals)?;
+    let questions = objectives(&mut w, &rows)?;
 
     let found = findings::findings(&rows);
     claims_table(&mut w, "The paper's claims", &found)?;
@@ -588,6 +589,9 @@ pub fn write(input: &Path, out: Option<&Path>) -> Result<PathBuf> {
         "claims": found,
         "hop_depth": findings::hop_depth_json(&findings::hop_depth(&depth)),
     });
+    if !questions.is_empty() {
+        doc["objectives"] = serde_json::to_value(&questions)?;
+    }
     if let Some(a) = &arms {
         doc["arm"] = serde_json::to_value(&a[0])?;
         doc["other_arms"] = serde_json::Value::Array(by_arm);
@@ -652,81 +656,89 @@ fn hop_depth_figures(w: &mut Writer, cells: &[findings::HopDepth]) -> Result<()>
 /// A markdown table of claims and their verdicts under `title`.
 fn claims_table(w: &mut Writer, title: &str, found: &[findings::Finding]) -> Result<()> {
     let _ = writeln!(w.md, "## {title}\n");
-    let _ = writeln!(w.md, "| claim | verdict | statistic |\n| --- | --- | --- |");
-    for f in found {
-        let _ = writeln!(
-            w.md,
-            "| {}. {} | {} | {} |",
-            f.claim,
-            f.name,
-            serde_json::to_value(f.verdict)?.as_str().unwrap_or(""),
-            f.statistic
-        );
-    }
-    let _ = writeln!(w.md);
+    let lines = found
+        .iter()
+        .map(|f| {
+            Ok((
+                f.claim,
+                f.name,
+                serde_json::to_value(f.verdict)?,
+                &f.statistic,
+            ))
+        })
+        .collect::<Result<Vec<_>>>()?;
+    verdict_table(w, ["claim", "verdict"], &lines);
     Ok(())
 }
 
+/// A markdown table of numbered tests: `head` names the first two columns, then the statistic.
+fn verdict_table(
+    w: &mut Writer,
+    head: [&str; 2],
+    lines: &[(u32, &str, serde_json::Value, &String)],
+) {
+    let _ = writeln!(
+        w.md,
+        "| {} | {} | statistic |\n| --- | --- | --- |",
+        head[0], head[1]
+    );
+    for (n, name, verdict, statistic) in lines {
+        let _ = writeln!(
+            w.md,
+            "| {n}. {name} | {} | {statistic} |",
+            verdict.as_str().unwrap_or("")
+        );
+    }
+    let _ = writeln!(w.md);
+}
+
 /// When runs differ by objective or hash prefix: greedy creativity, set score and coverage per
-/// setting at the last epoch, as mean ± standard deviation over seeds.
-fn objectives(w: &mut Writer, finals: &[&Row]) -> Result<()> {
-    let axes = ["axis:train.objective", "axis:train.hash_prefix"];
-    if !finals
-        .iter()
-        .any(|r| axes.iter().any(|a| !r.get(a).is_empty()))
-    {
-        return Ok(());
+/// (bucket, depth, setting) at each run's last evaluation, mean and 95% interval over seeds;
+/// and the four questions' answers (`objectives::questions`).
+fn objectives(w: &mut Writer, rows: &[Row]) -> Result<Vec<objectives::Question>> {
+    if !objectives::varies(rows) {
+        return Ok(Vec::new());
     }
-    let label = |r: &Row| {
-        let obj = if r.get(axes[0]).is_empty() {
-            "ntp"
-        } else {
-            r.get(axes[0])
-        };
-        let hash = r.get(axes[1]);
-        if hash.is_empty() || hash == "0" {
-            obj.to_string()
-        } else {
-            format!("{obj} + hash {hash}")
+    let mut data = String::from("bucket,n_layer,setting,metric,mean,lo,hi,runs\n");
+    let (mut cats, mut cells) = (Vec::new(), Vec::new());
+    for ((bucket, depth), by) in objectives::cells(rows) {
+        for (setting, rs) in by {
+            cats.push(format!("{bucket} L{depth} {}", setting.label()));
+            cells.push(((bucket.clone(), depth, setting), findings::finals(&rs)));
         }
-    };
-    let mut groups: BTreeMap<String, Vec<&Row>> = BTreeMap::new();
-    for r in finals {
-        groups.entry(label(r)).or_default().push(r);
     }
-    let cats: Vec<String> = groups.keys().cloned().collect();
-    let mut data = String::from("setting,metric,mean,std,runs\n");
     let (mut series, mut spread) = (Vec::new(), Vec::new());
-    for (col, name) in [
-        (tags::CREATIVITY, "greedy creativity C"),
-        (tags::SET_SCORE, "set score s(S)"),
-        (tags::SET_COVERAGE, "coverage x 100"),
+    for (col, name, scale) in [
+        (tags::CREATIVITY, "greedy creativity C", 1.0),
+        (tags::SET_SCORE, "set score s(S)", 1.0),
+        (tags::SET_COVERAGE, "coverage x 100", 100.0),
     ] {
-        let scale = if col.ends_with("coverage") {
-            100.0
-        } else {
-            1.0
-        };
-        let (mut means, mut stds) = (Vec::new(), Vec::new());
-        for (g, rows) in &groups {
-            let v: Vec<f64> = rows
-                .iter()
-                .filter_map(|r| r.num(col))
-                .map(|x| x * scale)
-                .collect();
-            let m = v.iter().sum::<f64>() / v.len().max(1) as f64;
-            let sd = (v.iter().map(|x| (x - m).powi(2)).sum::<f64>() / (v.len().max(2) - 1) as f64)
-                .sqrt();
-            let _ = writeln!(data, "{g},{col},{},{},{}", m / scale, sd / scale, v.len());
-            means.push(m);
-            stds.push(sd);
+        let (mut means, mut halves) = (Vec::new(), Vec::new());
+        for ((bucket, depth, setting), rs) in &cells {
+            let v: Vec<f64> = rs.iter().filter_map(|r| r.num(col)).collect();
+            let m = MeanCi::of(&v);
+            let _ = writeln!(
+                data,
+                "{bucket},{depth},{},{col},{},{},{},{}",
+                setting.label(),
+                m.mean,
+                m.lo,
+                m.hi,
+                m.n
+            );
+            means.push(if m.n > 0 { m.mean * scale } else { 0.0 });
+            halves.push(if m.half().is_finite() {
+                m.half() * scale
+            } else {
+                0.0
+            });
         }
         series.push((name.to_string(), means));
-        spread.push(stds);
+        spread.push(halves);
     }
     let _ = writeln!(w.md, "## Training objectives\n");
     let fig = Figure::Bars {
-        title: "Objectives at the last epoch (mean ± std over seeds)".into(),
+        title: "Objectives at the last evaluation (mean, 95% CI over seeds)".into(),
         y_label: "value".into(),
         categories: cats,
         series,
@@ -736,8 +748,22 @@ fn objectives(w: &mut Writer, finals: &[&Row]) -> Result<()> {
         "objectives",
         &fig,
         &data,
-        "Greedy creativity, set score and coverage per objective and hash setting",
-    )
+        "Greedy creativity, set score and coverage per bucket, depth, objective and hash setting",
+    )?;
+    let qs = objectives::questions(rows);
+    let lines = qs
+        .iter()
+        .map(|q| {
+            Ok((
+                q.question,
+                q.name,
+                serde_json::to_value(q.answer)?,
+                &q.statistic,
+            ))
+        })
+        .collect::<Result<Vec<_>>>()?;
+    verdict_table(w, ["question", "answer"], &lines);
+    Ok(qs)
 }
 
 /// A figure of `col` against cumulative FLOPs: every run at every epoch, a series per bucket.

@@ -138,6 +138,11 @@ fn records(sweep: &str, bucket: &str, row: &PlanRow, cfg: &Config) -> Result<Vec
             ("lr".into(), cfg.peak_lr().into()),
             ("batch_size".into(), cfg.train.batch_size.into()),
             ("epochs".into(), cfg.train.epochs.into()),
+            (
+                "objective".into(),
+                serde_json::to_value(cfg.train.objective)?,
+            ),
+            ("hash_prefix".into(), cfg.train.hash_prefix.into()),
         ];
         for (k, v) in &row.axes {
             r.push((

@@ -45,6 +45,27 @@ pub fn gzip(bytes: &[u8]) -> Result<Vec<u8>> {
     Ok(enc.finish()?)
 }
 
+/// Sampled answers (`{"id", "samples": [scored…], "set"}` a query) as the lines `lab score
+/// --sets` reads, `{"id", "output"}` an answer in sample order: a sixth of the bytes, and the
+/// scoring is re-derived from them.
+fn answer_lines(bytes: Vec<u8>) -> Result<Vec<u8>> {
+    let text = String::from_utf8(bytes).context("sampled answers: not UTF-8")?;
+    let mut out = String::new();
+    for line in text.lines() {
+        let v: serde_json::Value =
+            serde_json::from_str(line).context("sampled answers: a line is not JSON")?;
+        let samples = v["samples"]
+            .as_array()
+            .map_or(std::slice::from_ref(&v), |s| s);
+        for a in samples {
+            let one = serde_json::json!({"id": v["id"], "output": a["output"]});
+            out.push_str(&one.to_string());
+            out.push('\n');
+        }
+    }
+    Ok(out.into_bytes())
+}
+
 /// Every evaluation's line of `metrics.jsonl`, and the first of every `every` training lines.
 fn thin_metrics(bytes: Vec<u8>, every: u64) -> Result<Vec<u8>> {
     if every <= 1 {
@@ -101,16 +122,24 @@ pub fn export(results: &Path, keep: &Keep, meta: &Meta) -> Result<PathBuf> {
         })
         .collect();
     names.sort();
-    let last_answers = names.iter().rev().find(|n| n.ends_with(".jsonl")).cloned();
+    // `epoch-NN` of a file name: the last evaluated epoch keeps its greedy and sampled answers.
+    let epoch_of = |n: &str| n.split('.').next().unwrap_or_default().to_string();
+    let last_epoch = names
+        .iter()
+        .filter(|n| n.ends_with(".jsonl"))
+        .map(|n| epoch_of(n))
+        .max();
     for n in names {
         let from = format!("eval/{n}");
         let keep_answers = match keep.answers {
             KeepAnswers::All => true,
-            KeepAnswers::Last => last_answers.as_ref() == Some(&n),
+            KeepAnswers::Last => last_epoch == Some(epoch_of(&n)),
             KeepAnswers::None => false,
         };
         if n.ends_with(".summary.json") {
             put(&from, &from, &same)?;
+        } else if n.ends_with(".samples.jsonl") && keep_answers {
+            put(&from, &format!("{from}.gz"), &|b| gzip(&answer_lines(b)?))?;
         } else if keep_answers {
             put(&from, &format!("{from}.gz"), &|b| gzip(&b))?;
         }

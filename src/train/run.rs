@@ -440,6 +440,7 @@ fn train_in(
             &model,
             data,
             lp.state.epoch,
+            last,
             &run_dir,
         )?);
         let s = &lp.state;

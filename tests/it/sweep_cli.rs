@@ -762,3 +762,60 @@ fn a_bad_lab_binary_is_refused_with_nothing_written() {
         );
     }
 }
+
+/// `answers = "last"` keeps the last epoch's greedy and sampled answers, the samples as one
+/// `{"id", "output"}` line per answer; `scripts/rescore.sh` re-scores both (the samples as
+/// sets) to their committed summaries.
+#[test]
+fn an_export_keeps_the_last_samples_as_lines_that_rescore() {
+    let ws = workspace();
+    let smoke = std::fs::read_to_string(ws.path().join("sweeps/smoke.toml")).unwrap();
+    let spec = smoke
+        .replace(
+            "name = \"smoke\"",
+            "name = \"s\"\nresults = \"../results/s\"",
+        )
+        .replace("n_layer = [1, 2]", "n_layer = [1]")
+        .replace("seed = [0, 1]", "seed = [0]")
+        + "[set.eval]\nsamples = 3\nsamples_at = \"last\"\n[export]\nanswers = \"last\"\n";
+    std::fs::write(ws.path().join("sweeps/s.toml"), &spec).unwrap();
+    run_expect(
+        lab(ws.path()).args(["sweep", "run", "sweeps/s.toml", "--backend", "local"]),
+        0,
+    );
+    let run = std::fs::read_dir(ws.path().join("results/s/runs"))
+        .unwrap()
+        .next()
+        .unwrap()
+        .unwrap()
+        .path();
+    let mut names: Vec<String> = std::fs::read_dir(run.join("eval"))
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|n| n.ends_with(".gz"))
+        .collect();
+    names.sort();
+    assert_eq!(names, ["epoch-02.jsonl.gz", "epoch-02.samples.jsonl.gz"]);
+    let text = lab::fsutil::read_text(&run.join("eval/epoch-02.samples.jsonl.gz")).unwrap();
+    let lines: Vec<Value> = text
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(lines.len(), 3 * 100, "3 answers to each of 100 queries");
+    for l in &lines {
+        let keys: Vec<&String> = l.as_object().unwrap().keys().collect();
+        assert_eq!(keys, ["id", "output"], "{l}");
+    }
+    let out = Command::new("bash")
+        .arg(root().join("scripts/rescore.sh"))
+        .arg(ws.path().join("results/s"))
+        .env("LAB", env!("CARGO_BIN_EXE_lab"))
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success() && stdout.contains("2 answer files re-scored, 0 mismatches"),
+        "{stdout}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}

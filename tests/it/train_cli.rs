@@ -834,3 +834,83 @@ fn micro_batches_accumulate_to_the_whole_batch() {
         "{err}"
     );
 }
+
+/// `eval.temperatures` with `samples_at = "last"`: only the last evaluation samples; it logs
+/// each temperature's set score and coverage on the tuning split, draws the eval set's samples
+/// at the best of them (the first of equals), and `lab eval` at that temperature gives the
+/// same set score.
+#[test]
+fn a_temperature_grid_is_chosen_on_the_tuning_split_at_the_last_epoch() {
+    let tmp = tempfile::tempdir().unwrap();
+    let text = MICRO.replace("[data]\n", "[data]\ntune_base_paths_per_hop = 3\n")
+        + "[eval]\nsamples = 3\nsamples_at = \"last\"\ntemperatures = [0.5, 2.0]\n";
+    let cfg = write_config(tmp.path(), "grid.toml", &text);
+    train(tmp.path(), &cfg, "run", &[], 0);
+    let run = tmp.path().join("run");
+    assert!(run.join("eval/epoch-01.jsonl").exists());
+    assert!(!run.join("eval/epoch-01.samples.jsonl").exists());
+    assert!(run.join("eval/epoch-02.samples.jsonl").exists());
+    let evals: Vec<Value> = metrics(&run)
+        .into_iter()
+        .filter(|m| m.get("val/loss").is_some())
+        .collect();
+    assert_eq!(evals.len(), 2);
+    assert!(evals[0].get("eval/set/score").is_none(), "{}", evals[0]);
+    let last = &evals[1];
+    let tuned: Vec<f64> = ["0.5", "2"]
+        .iter()
+        .map(|t| {
+            assert!(last[format!("tune/set/coverage/t{t}")].is_f64(), "{last}");
+            last[format!("tune/set/score/t{t}")].as_f64().unwrap()
+        })
+        .collect();
+    let chosen = last["eval/set/temperature"].as_f64().unwrap();
+    assert_eq!(
+        chosen,
+        if tuned[1] > tuned[0] { 2.0 } else { 0.5 },
+        "{last}"
+    );
+    run_expect(
+        lab(tmp.path()).args([
+            "eval",
+            "--run",
+            "run",
+            "--samples",
+            "3",
+            "--temperature",
+            &chosen.to_string(),
+        ]),
+        0,
+    );
+    let summary = std::fs::read_dir(run.join("eval"))
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .find(|p| {
+            let n = p.file_name().unwrap().to_string_lossy();
+            n.contains(".sample-k3-") && n.ends_with(".summary.json")
+        })
+        .expect("lab eval wrote its summary");
+    let s: Value = serde_json::from_str(&std::fs::read_to_string(summary).unwrap()).unwrap();
+    assert_eq!(s["set"]["score"].as_f64(), last["eval/set/score"].as_f64());
+}
+
+/// A grid with a bad temperature, or with nothing to choose on, is refused by name.
+#[test]
+fn a_temperature_grid_needs_samples_and_a_tuning_split() {
+    let tmp = tempfile::tempdir().unwrap();
+    for (extra, says) in [
+        (
+            "samples = 3\ntemperatures = [0.5, 0.0]\n",
+            "must all be > 0",
+        ),
+        ("samples = 3\ntemperatures = [0.5]\n", "tuning split"),
+    ] {
+        let cfg = write_config(tmp.path(), "bad.toml", &format!("{MICRO}[eval]\n{extra}"));
+        let out = train(tmp.path(), &cfg, "bad", &[], 2);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            err.contains("eval.temperatures") && err.contains(says),
+            "{err}"
+        );
+    }
+}

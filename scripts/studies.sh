@@ -1,0 +1,31 @@
+#!/usr/bin/env bash
+# The wave's studies, start to finish, in the order that answers the first questions first:
+# the fair depth study's 100k bucket (issue 22: lr tuning, the fair baseline, then the
+# one-factor variants: total parameters fixed, L x E fixed, heads swept), the objectives study's
+# 100k bucket (issue 24: NTP against teacherless first, then both hash-conditioned, at the
+# fair baseline's selected lrs), then the fair study's 1M tuning and baseline (about 10x a 100k
+# run each, so last: a study cut short still has every 100k verdict). Each stage is
+# scripts/study.sh, which commits every run as it lands and skips runs already exported, so
+# this one command continues the studies from wherever they stopped, on any clone:
+#
+#   setsid nohup scripts/studies.sh >> checkpoints/studies.out 2>&1 < /dev/null &
+#
+# STUDIES_FROM=NAME starts at that stage (the earlier ones are complete). Two runs at a time,
+# one thread each (STUDY_JOBS=2): small models use one core better than two. A stage whose
+# selection needs an unfinished tuning sweep cannot start before it, so the stages run one
+# after the other.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+export STUDY_JOBS=${STUDY_JOBS:-2}
+stages=(fair-cpu-tune-100k fair-cpu-seeds-100k fair-cpu-total-100k fair-cpu-lxe-100k
+  fair-cpu-heads-100k objectives-100k objectives-100k-hash fair-cpu-tune-1m fair-cpu-seeds-1m)
+from=${STUDIES_FROM:-${stages[0]}}
+started=0
+for stage in "${stages[@]}"; do
+  [ "$stage" = "$from" ] && started=1
+  [ $started = 1 ] || continue
+  echo "== $(date -u +%FT%TZ) $stage"
+  scripts/study.sh "sweeps/$stage.toml"
+done
+[ $started = 1 ] || { echo "STUDIES_FROM=$from: no such stage (${stages[*]})" >&2; exit 2; }
+echo "== $(date -u +%FT%TZ) every stage is complete"
