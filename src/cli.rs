@@ -195,6 +195,10 @@ pub enum SweepCommand {
         /// Slurm: tasks running at once (%N of --array).
         #[arg(long)]
         array_parallelism: Option<usize>,
+        /// Slurm: runs each array task trains side by side (N processes sharing the task's
+        /// resources, one GPU with --gres gpu:1), for small models that cannot fill a GPU alone.
+        #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=64))]
+        runs_per_task: u32,
         /// Slurm: the account to charge.
         #[arg(long)]
         account: Option<String>,
@@ -535,6 +539,7 @@ fn run_sweep(cmd: SweepCommand) -> Result<Exit> {
             gres,
             time,
             array_parallelism,
+            runs_per_task,
             account,
             sbatch_arg,
             signal_secs,
@@ -549,6 +554,7 @@ fn run_sweep(cmd: SweepCommand) -> Result<Exit> {
                 gres,
                 time,
                 array_parallelism,
+                runs_per_task: runs_per_task as usize,
                 account,
                 sbatch_args: sbatch_arg,
                 signal_secs,
@@ -585,16 +591,18 @@ fn run_sweep(cmd: SweepCommand) -> Result<Exit> {
                     ),
                     Some(sub) if dry_run => {
                         println!(
-                            "wrote {} for {} runs (not submitted)",
+                            "wrote {} for {} runs in {} array tasks (not submitted)",
                             sub.script.display(),
-                            sub.tasks
+                            sub.tasks,
+                            sub.array_tasks
                         );
                     }
                     Some(sub) => {
                         println!(
-                            "submitted {} runs as job array {} ({})",
+                            "submitted {} runs as job array {} of {} tasks ({})",
                             sub.tasks,
                             sub.array_job,
+                            sub.array_tasks,
                             sub.script.display()
                         );
                         println!("collect job {} runs after it (afterany)", sub.collect_job);

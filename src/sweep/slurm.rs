@@ -1,6 +1,6 @@
-//! The Slurm backend: a readable sbatch job array (one run per task, `--requeue`, a USR1 before
-//! the time limit that makes the trainer checkpoint and the task requeue itself), submitted with
-//! `sbatch --parsable`, followed by a dependent `lab sweep collect` job.
+//! The Slurm backend: a readable sbatch job array (N runs side by side per task, `--requeue`, a
+//! USR1 before the time limit that makes the trainers checkpoint and the task requeue itself),
+//! submitted with `sbatch --parsable`, followed by a dependent `lab sweep collect` job.
 
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
@@ -21,6 +21,8 @@ pub struct Options {
     pub array_parallelism: Option<usize>,
     pub account: Option<String>,
     pub sbatch_args: Vec<String>,
+    /// Runs each array task trains side by side (at least 1).
+    pub runs_per_task: usize,
     /// Seconds before the time limit at which Slurm sends USR1.
     pub signal_secs: u32,
     pub device: String,
@@ -103,7 +105,9 @@ impl Options {
 pub struct Submitted {
     pub dir: PathBuf,
     pub script: PathBuf,
+    /// Runs submitted, and the array tasks they fill (`runs_per_task` each, the last fewer).
     pub tasks: usize,
+    pub array_tasks: usize,
     pub array_job: String,
     pub collect_job: String,
 }
@@ -129,7 +133,8 @@ fn abs(p: &Path) -> Result<PathBuf> {
     Ok(std::path::absolute(p)?)
 }
 
-/// The sbatch script of one submission.
+/// The sbatch script of one submission: `n` runs (lines of `tasks_file`), `o.runs_per_task` to
+/// an array task.
 pub fn script(
     sweep: &Sweep,
     tasks_file: &Path,
@@ -140,11 +145,12 @@ pub fn script(
     let lab = o.lab()?;
     let cwd = std::env::current_dir()?;
     let sweep_dir = abs(&sweep.dir)?;
+    let per = o.runs_per_task.max(1);
     let mut s = String::new();
     let _ = writeln!(s, "#!/bin/bash");
     let _ = writeln!(
         s,
-        "# lab sweep {}: one training run per array task, written by",
+        "# lab sweep {}: {per} training run(s) side by side per array task, written by",
         sweep.spec.name
     );
     let _ = writeln!(
@@ -161,7 +167,7 @@ pub fn script(
         .array_parallelism
         .map(|p| format!("%{p}"))
         .unwrap_or_default();
-    let _ = writeln!(s, "#SBATCH --array=0-{}{par}", n - 1);
+    let _ = writeln!(s, "#SBATCH --array=0-{}{par}", n.div_ceil(per) - 1);
     let _ = writeln!(s, "#SBATCH --requeue");
     let _ = writeln!(s, "#SBATCH --signal=B:USR1@{}", o.signal_secs);
     let _ = writeln!(s, "#SBATCH --output={}/%A_%a.out", logs.display());
@@ -184,44 +190,69 @@ pub fn script(
 set -uo pipefail
 cd {cwd}
 lab={lab}
-run=$(sed -n "$((SLURM_ARRAY_TASK_ID + 1))p" {tasks})
-dir={sweep_dir}/runs/$run
-mkdir -p "$dir"
+# This task's runs: lines {per}*ID+1 .. {per}*ID+{per} of the task list.
+first=$((SLURM_ARRAY_TASK_ID * {per} + 1))
+mapfile -t runs < <(sed -n "${{first}},$((first + {per} - 1))p" {tasks})
+for run in "${{runs[@]}}"; do mkdir -p {sweep_dir}/runs/"$run"; done
 # The setup lines (--setup, [slurm] setup), in order, in this shell: a failing one fails the
-# task, with its message here and in the run's FAILED marker.
+# task, with its message here and in each of its runs' FAILED markers.
 setup() {{
   echo "setup: $1"
   eval "$1" || {{
     rc=$?
     echo "setup failed (exit $rc): $1" >&2
-    printf '{{"error":"setup failed (exit %d)","exit":%d}}\n' "$rc" "$rc" > "$dir/FAILED"
+    for run in "${{runs[@]}}"; do
+      printf '{{"error":"setup failed (exit %d)","exit":%d}}\n' "$rc" "$rc" > {sweep_dir}/runs/"$run"/FAILED
+    done
     exit "$rc"
   }}
 }}
-{setup}resume=""
-[ -e "$dir/latest" ] && resume=--resume
-echo "task $SLURM_ARRAY_TASK_ID: run $run on $(hostname), GPUs ${{CUDA_VISIBLE_DEVICES:-none}}, $resume"
+{setup}echo "task $SLURM_ARRAY_TASK_ID: runs ${{runs[*]}} on $(hostname), GPUs ${{CUDA_VISIBLE_DEVICES:-none}}"
 
-# Before the time limit Slurm sends USR1 to this script: pass it on to the trainer, which
-# checkpoints at the next step and exits with {interrupted}, then requeue this task so that it resumes.
+# Before the time limit Slurm sends USR1 to this script: pass it on to every trainer, each of
+# which checkpoints at its next step and exits with {interrupted}, then requeue this task so
+# that they resume.
+pids=()
 requeue() {{
   echo "USR1: checkpointing and requeueing"
-  kill -USR1 "$pid" 2>/dev/null
-  wait "$pid"
+  kill -USR1 "${{pids[@]}}" 2>/dev/null
+  wait "${{pids[@]}}"
   scontrol requeue "${{SLURM_ARRAY_JOB_ID}}_${{SLURM_ARRAY_TASK_ID}}"
   exit 0
 }}
 trap requeue USR1
 
-"$lab" train --config {sweep_dir}/configs/"$run".toml --out "$dir" $resume --device {device} >> "$dir/train.log" 2>&1 &
-pid=$!
-wait "$pid"
-rc=$?
+# Each run that is not DONE starts (or resumes from its checkpoint) in the background.
+started=()
+for run in "${{runs[@]}}"; do
+  dir={sweep_dir}/runs/$run
+  if [ -e "$dir/DONE" ]; then
+    echo "run $run: DONE, skipped"
+    continue
+  fi
+  resume=""
+  [ -e "$dir/latest" ] && resume=--resume
+  echo "run $run: starting $resume"
+  "$lab" train --config {sweep_dir}/configs/"$run".toml --out "$dir" $resume --device {device} >> "$dir/train.log" 2>&1 &
+  pids+=($!)
+  started+=("$run")
+done
 # 0: done or stopped at --max-steps; {interrupted}: stopped by a signal after its checkpoint.
-if [ "$rc" -ne 0 ] && [ "$rc" -ne {interrupted} ] && [ ! -e "$dir/FAILED" ]; then
-  printf '{{"error":"","exit":%d}}\n' "$rc" > "$dir/FAILED"
-fi
-exit "$rc"
+# The task exits with the first failure's code, else {interrupted} if any run was interrupted.
+status=0
+for i in "${{!pids[@]}}"; do
+  wait "${{pids[$i]}}"
+  rc=$?
+  dir={sweep_dir}/runs/${{started[$i]}}
+  echo "run ${{started[$i]}}: exit $rc"
+  if [ "$rc" -ne 0 ] && [ "$rc" -ne {interrupted} ]; then
+    [ -e "$dir/FAILED" ] || printf '{{"error":"","exit":%d}}\n' "$rc" > "$dir/FAILED"
+    [ "$status" -eq 0 ] || [ "$status" -eq {interrupted} ] && status=$rc
+  elif [ "$rc" -eq {interrupted} ] && [ "$status" -eq 0 ]; then
+    status=$rc
+  fi
+done
+exit "$status"
 "#,
         cwd = quote(&cwd.to_string_lossy()),
         lab = quote(&lab.to_string_lossy()),
@@ -281,6 +312,7 @@ pub fn submit(sweep: &Sweep, plan: &[PlanRow], o: &Options) -> Result<Option<Sub
     let tasks = dir.join("tasks.txt");
     let list: String = pending.iter().map(|r| format!("{}\n", r.run)).collect();
     write_atomic(&tasks, list.as_bytes())?;
+    let array_tasks = pending.len().div_ceil(o.runs_per_task.max(1));
     let path = dir.join("train.sbatch");
     write_atomic(
         &path,
@@ -291,6 +323,7 @@ pub fn submit(sweep: &Sweep, plan: &[PlanRow], o: &Options) -> Result<Option<Sub
             dir,
             script: path,
             tasks: pending.len(),
+            array_tasks,
             array_job: String::new(),
             collect_job: String::new(),
         }));
@@ -339,6 +372,7 @@ pub fn submit(sweep: &Sweep, plan: &[PlanRow], o: &Options) -> Result<Option<Sub
         dir,
         script: path,
         tasks: pending.len(),
+        array_tasks,
         array_job,
         collect_job,
     }))

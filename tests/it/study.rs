@@ -307,7 +307,10 @@ fn slurm_submits_only_runs_not_exported() {
     std::fs::remove_dir_all(runs.join(&gone)).unwrap();
     let out = run_expect(lab(tmp.path()).args(args), 0);
     let text = String::from_utf8_lossy(&out.stdout);
-    assert!(text.contains("for 1 runs (not submitted)"), "{text}");
+    assert!(
+        text.contains("for 1 runs in 1 array tasks (not submitted)"),
+        "{text}"
+    );
     let tasks = std::fs::read_to_string(
         tmp.path()
             .join("checkpoints/fixture-depth/slurm/001/tasks.txt"),

@@ -120,6 +120,7 @@ fn smoke_sweep_on_slurm_with_preemption_matches_local() {
         "{plan}"
     );
     let t0 = Instant::now();
+    // Two runs side by side per array task: 4 runs in 2 tasks.
     let out = run_expect(
         lab(ws.path()).args([
             "sweep",
@@ -129,48 +130,64 @@ fn smoke_sweep_on_slurm_with_preemption_matches_local() {
             "slurm",
             "--gres",
             "gpu:1",
-            "--array-parallelism",
+            "--runs-per-task",
             "2",
         ]),
         0,
     );
-    let (array, collect) = job_ids(&String::from_utf8_lossy(&out.stdout));
-    // Preempt task 0 once it is past a mid-epoch checkpoint.
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        text.contains("submitted 4 runs as job array") && text.contains("of 2 tasks"),
+        "{text}"
+    );
+    let (array, collect) = job_ids(&text);
+    let script =
+        std::fs::read_to_string(ws.path().join("checkpoints/smoke/slurm/001/train.sbatch"))
+            .unwrap();
+    assert!(script.contains("#SBATCH --array=0-1\n"), "{script}");
+    // Preempt task 0, both of its runs, once each is past a mid-epoch checkpoint.
     let first =
         std::fs::read_to_string(ws.path().join("checkpoints/smoke/slurm/001/tasks.txt")).unwrap();
-    let victim = runs_dir(ws.path()).join(first.lines().next().unwrap());
+    let victims: Vec<PathBuf> = first
+        .lines()
+        .take(2)
+        .map(|r| runs_dir(ws.path()).join(r))
+        .collect();
     let start = Instant::now();
-    loop {
-        let step = std::fs::read_to_string(victim.join("trainer_state.json"))
-            .ok()
-            .and_then(|t| serde_json::from_str::<Value>(&t).ok())
-            .and_then(|v| v["step"].as_u64())
-            .unwrap_or(0);
-        if step >= 20 {
-            break;
+    for victim in &victims {
+        loop {
+            let step = std::fs::read_to_string(victim.join("trainer_state.json"))
+                .ok()
+                .and_then(|t| serde_json::from_str::<Value>(&t).ok())
+                .and_then(|v| v["step"].as_u64())
+                .unwrap_or(0);
+            if step >= 20 {
+                break;
+            }
+            assert!(
+                start.elapsed() < Duration::from_secs(300),
+                "{} never reached a checkpoint",
+                victim.display()
+            );
+            std::thread::sleep(Duration::from_millis(10));
         }
-        assert!(
-            start.elapsed() < Duration::from_secs(300),
-            "task 0 never reached a checkpoint"
+        // Freeze the trainer where it is, so that it cannot finish between this check and the
+        // cancel (the micro run ends in about a second); Slurm's cancel sends SIGCONT before
+        // SIGTERM, and the trainer then checkpoints and exits as on any cancel.
+        let pid = lab::rundir::markers::read_running(victim)
+            .expect("the running victim holds its RUNNING marker")
+            .pid as libc::pid_t;
+        // SAFETY: kill(2) with a pid read from the trainer's own marker and a valid signal.
+        assert_eq!(
+            unsafe { libc::kill(pid, libc::SIGSTOP) },
+            0,
+            "stop pid {pid}"
         );
-        std::thread::sleep(Duration::from_millis(20));
+        assert!(
+            !victim.join("DONE").exists(),
+            "cancel before it ends (the run is too short?)"
+        );
     }
-    // Freeze the trainer where it is, so that it cannot finish between this check and the
-    // cancel (the micro run ends in about a second); Slurm's cancel sends SIGCONT before
-    // SIGTERM, and the trainer then checkpoints and exits as on any cancel.
-    let pid = lab::rundir::markers::read_running(&victim)
-        .expect("the running victim holds its RUNNING marker")
-        .pid as libc::pid_t;
-    // SAFETY: kill(2) with a pid read from the trainer's own marker and a valid signal.
-    assert_eq!(
-        unsafe { libc::kill(pid, libc::SIGSTOP) },
-        0,
-        "stop pid {pid}"
-    );
-    assert!(
-        !victim.join("DONE").exists(),
-        "cancel before it ends (the run is too short?)"
-    );
     run_expect(Command::new("scancel").arg(format!("{array}_0")), 0);
     wait_gone(&array, 600);
     wait_gone(&collect, 120);
@@ -180,15 +197,18 @@ fn smoke_sweep_on_slurm_with_preemption_matches_local() {
     );
     let status = String::from_utf8_lossy(&status.stdout);
     assert!(
-        status.contains("pending") && status.contains("3 done"),
-        "the cancelled run waits to resume:\n{status}"
+        status.contains("pending") && status.contains("2 done"),
+        "the cancelled task's two runs wait to resume:\n{status}"
     );
-    assert!(
-        victim.join("latest").exists(),
-        "its checkpoint survived the cancel"
-    );
+    for victim in &victims {
+        assert!(
+            victim.join("latest").exists(),
+            "{}: its checkpoint survived the cancel",
+            victim.display()
+        );
+    }
 
-    // Re-submit: the DONE runs are skipped, the cancelled one resumes.
+    // Re-submit, one run per task: the DONE runs are skipped, both cancelled ones resume.
     let out = run_expect(
         lab(ws.path()).args([
             "sweep",
@@ -202,7 +222,10 @@ fn smoke_sweep_on_slurm_with_preemption_matches_local() {
         0,
     );
     let text = String::from_utf8_lossy(&out.stdout);
-    assert!(text.contains("submitted 1 runs"), "{text}");
+    assert!(
+        text.contains("submitted 2 runs") && text.contains("of 2 tasks"),
+        "{text}"
+    );
     let (array, collect) = job_ids(&text);
     wait_gone(&array, 600);
     wait_gone(&collect, 120);
@@ -210,12 +233,14 @@ fn smoke_sweep_on_slurm_with_preemption_matches_local() {
         "smoke sweep through Slurm, with a preemption and a re-submission: {:.1} s",
         t0.elapsed().as_secs_f64()
     );
-    let log = std::fs::read_to_string(victim.join("train.log")).unwrap();
-    // Each attempt of the task appends to the run's log, starting with its `training …` line.
-    assert!(
-        log.lines().filter(|l| l.starts_with("training ")).count() >= 2,
-        "the log shows both attempts:\n{log}"
-    );
+    for victim in &victims {
+        let log = std::fs::read_to_string(victim.join("train.log")).unwrap();
+        // Each attempt of the task appends to the run's log, starting with its `training …` line.
+        assert!(
+            log.lines().filter(|l| l.starts_with("training ")).count() >= 2,
+            "the log shows both attempts:\n{log}"
+        );
+    }
     for run in std::fs::read_dir(runs_dir(ws.path())).unwrap() {
         let run = run.unwrap().path();
         assert!(run.join("DONE").exists(), "{} not done", run.display());
