@@ -1114,6 +1114,28 @@ mod tests {
         );
     }
 
+    /// The forward's saved heads go to the first backward; a second backward through the same
+    /// graph gathers them again (and recomputes their probabilities) and gives the same bits.
+    #[test]
+    fn a_second_backward_through_attention_gathers_the_heads_again() {
+        let lens = [3, 9, 1];
+        let qkv = Var::from_tensor(&values(&[13, 3 * 8], 11)).unwrap();
+        let y = causal_attention(qkv.as_tensor(), &lens, 2).unwrap();
+        let loss = (&y * &values(y.dims(), 12)).unwrap().sum_all().unwrap();
+        let grad = |g: candle_core::backprop::GradStore| {
+            g.get(&qkv)
+                .unwrap()
+                .flatten_all()
+                .unwrap()
+                .to_vec1::<f32>()
+                .unwrap()
+        };
+        let first = grad(loss.backward().unwrap());
+        let second = grad(loss.backward().unwrap());
+        assert!(first.iter().any(|g| *g != 0.0));
+        assert_eq!(first, second);
+    }
+
     #[test]
     fn head_cross_entropy_matches_log_softmax_of_the_logits() {
         let (n, e, v) = (HEAD_CHUNK + 5, 9, 37);

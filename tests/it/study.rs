@@ -24,9 +24,9 @@ fn fixture_copy() -> tempfile::TempDir {
     tmp
 }
 
-fn claims(path: &Path) -> Value {
-    let v: Value = serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
-    v["claims"].clone()
+/// A findings.json, parsed.
+fn findings(path: &Path) -> Value {
+    serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap()
 }
 
 #[test]
@@ -43,8 +43,12 @@ fn figures_and_findings_regenerate_from_the_committed_runs() {
         "results.csv differs from the committed one"
     );
     run_expect(lab(dir).args(["report", ".", "--out", "."]), 0);
-    let got = claims(&dir.join("findings.json"));
-    assert_eq!(got, claims(&committed.join("findings.json")));
+    let (doc, committed_doc) = (
+        findings(&dir.join("findings.json")),
+        findings(&committed.join("findings.json")),
+    );
+    let got = &doc["claims"];
+    assert_eq!(got, &committed_doc["claims"]);
     // Every claim has a verdict, a test and the numbers behind it.
     let got = got.as_array().unwrap();
     assert_eq!(got.len(), 5);
@@ -80,10 +84,8 @@ fn figures_and_findings_regenerate_from_the_committed_runs() {
     let md = std::fs::read_to_string(dir.join("report.md")).unwrap();
     assert!(md.contains("## The paper's claims"), "{md}");
     // The hop × depth breakdown regenerates too, with its figure per depth bucket.
-    let doc =
-        |p: &Path| -> Value { serde_json::from_str(&std::fs::read_to_string(p).unwrap()).unwrap() };
-    let hops = doc(&dir.join("findings.json"))["hop_depth"].clone();
-    assert_eq!(hops, doc(&committed.join("findings.json"))["hop_depth"]);
+    let hops = &doc["hop_depth"];
+    assert_eq!(hops, &committed_doc["hop_depth"]);
     assert_eq!(hops["buckets"].as_array().unwrap().len(), 2, "{hops}");
     assert!(dir.join("hop_depth_20k.csv").exists());
 }
@@ -106,7 +108,7 @@ fn arms_give_each_its_own_verdicts_and_leave_the_rest_out() {
         .collect();
     std::fs::write(alone.join("results.csv"), depth_rows).unwrap();
     run_expect(lab(dir).args(["report", "alone", "--out", "alone"]), 0);
-    let alone_claims = claims(&alone.join("findings.json"));
+    let alone_claims = findings(&alone.join("findings.json"))["claims"].clone();
 
     std::fs::write(
         dir.join("arms.toml"),
@@ -116,8 +118,7 @@ fn arms_give_each_its_own_verdicts_and_leave_the_rest_out() {
     )
     .unwrap();
     run_expect(lab(dir).args(["report", ".", "--out", "."]), 0);
-    let doc: Value =
-        serde_json::from_str(&std::fs::read_to_string(dir.join("findings.json")).unwrap()).unwrap();
+    let doc = findings(&dir.join("findings.json"));
     assert_eq!(doc["claims"], alone_claims);
     assert_eq!(doc["arm"]["name"], "depth");
     assert_eq!(doc["left_out"], serde_json::json!({"fixture-width": 20}));
@@ -140,8 +141,7 @@ fn arms_give_each_its_own_verdicts_and_leave_the_rest_out() {
     )
     .unwrap();
     run_expect(lab(dir).args(["report", ".", "--out", "."]), 0);
-    let doc: Value =
-        serde_json::from_str(&std::fs::read_to_string(dir.join("findings.json")).unwrap()).unwrap();
+    let doc = findings(&dir.join("findings.json"));
     assert_eq!(doc["other_arms"][0]["rows"], 36);
     assert_eq!(doc["other_arms"][0]["claims"].as_array().unwrap().len(), 5);
     assert_eq!(doc["left_out"], serde_json::json!({}));
