@@ -656,33 +656,36 @@ fn hop_depth_figures(w: &mut Writer, cells: &[findings::HopDepth]) -> Result<()>
 /// A markdown table of claims and their verdicts under `title`.
 fn claims_table(w: &mut Writer, title: &str, found: &[findings::Finding]) -> Result<()> {
     let _ = writeln!(w.md, "## {title}\n");
-    let lines = found
-        .iter()
-        .map(|f| {
-            Ok((
-                f.claim,
-                f.name,
-                serde_json::to_value(f.verdict)?,
-                &f.statistic,
-            ))
-        })
-        .collect::<Result<Vec<_>>>()?;
-    verdict_table(w, ["claim", "verdict"], &lines);
-    Ok(())
+    verdict_table(w, ["claim", "verdict"], found)
+}
+
+/// A numbered test and its outcome, a row of [`verdict_table`].
+trait Tested {
+    fn row(&self) -> (u32, &str, &impl serde::Serialize, &str);
+}
+
+impl Tested for findings::Finding {
+    fn row(&self) -> (u32, &str, &impl serde::Serialize, &str) {
+        (self.claim, self.name, &self.verdict, &self.statistic)
+    }
+}
+
+impl Tested for objectives::Question {
+    fn row(&self) -> (u32, &str, &impl serde::Serialize, &str) {
+        (self.question, self.name, &self.answer, &self.statistic)
+    }
 }
 
 /// A markdown table of numbered tests: `head` names the first two columns, then the statistic.
-fn verdict_table(
-    w: &mut Writer,
-    head: [&str; 2],
-    lines: &[(u32, &str, serde_json::Value, &String)],
-) {
+fn verdict_table<T: Tested>(w: &mut Writer, head: [&str; 2], tests: &[T]) -> Result<()> {
     let _ = writeln!(
         w.md,
         "| {} | {} | statistic |\n| --- | --- | --- |",
         head[0], head[1]
     );
-    for (n, name, verdict, statistic) in lines {
+    for t in tests {
+        let (n, name, verdict, statistic) = t.row();
+        let verdict = serde_json::to_value(verdict)?;
         let _ = writeln!(
             w.md,
             "| {n}. {name} | {} | {statistic} |",
@@ -690,6 +693,7 @@ fn verdict_table(
         );
     }
     let _ = writeln!(w.md);
+    Ok(())
 }
 
 /// When runs differ by objective or hash prefix: greedy creativity, set score and coverage per
@@ -751,18 +755,7 @@ fn objectives(w: &mut Writer, rows: &[Row]) -> Result<Vec<objectives::Question>>
         "Greedy creativity, set score and coverage per bucket, depth, objective and hash setting",
     )?;
     let qs = objectives::questions(rows);
-    let lines = qs
-        .iter()
-        .map(|q| {
-            Ok((
-                q.question,
-                q.name,
-                serde_json::to_value(q.answer)?,
-                &q.statistic,
-            ))
-        })
-        .collect::<Result<Vec<_>>>()?;
-    verdict_table(w, ["question", "answer"], &lines);
+    verdict_table(w, ["question", "answer"], &qs)?;
     Ok(qs)
 }
 
