@@ -245,3 +245,77 @@ impl AdamW {
         Ok(())
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use candle_core::Device;
+
+    use super::*;
+
+    /// Parameters [1, 2] and [[0.5]] with the gradients of Σ a·[3, 4]·s + Σ b·12·s: norm 13·s.
+    fn grads(params: &[(String, Var)], s: f64) -> GradStore {
+        let coef = Tensor::new(&[3f32, 4.0], &Device::Cpu).unwrap();
+        let a = params[0]
+            .1
+            .as_tensor()
+            .mul(&coef)
+            .unwrap()
+            .sum_all()
+            .unwrap();
+        let b = (params[1].1.as_tensor() * 12.0).unwrap().sum_all().unwrap();
+        ((a + b).unwrap() * s).unwrap().backward().unwrap()
+    }
+
+    fn params() -> Vec<(String, Var)> {
+        vec![
+            ("a".into(), Var::new(&[1f32, 2.0], &Device::Cpu).unwrap()),
+            ("b".into(), Var::new(&[[0.5f32]], &Device::Cpu).unwrap()),
+        ]
+    }
+
+    fn values(params: &[(String, Var)]) -> Vec<f32> {
+        params
+            .iter()
+            .flat_map(|(_, v)| v.flatten_all().unwrap().to_vec1::<f32>().unwrap())
+            .collect()
+    }
+
+    fn hyper(grad_clip: f64) -> Hyper {
+        Hyper {
+            beta1: 0.9,
+            beta2: 0.95,
+            eps: 1e-8,
+            weight_decay: 0.1,
+            grad_clip,
+        }
+    }
+
+    /// The norm is the global L2 norm (13 by hand), and clipping scales each step's gradients
+    /// to norm `grad_clip` before the moments see them: two clipped steps of norms 13 and 130
+    /// equal two unclipped steps fed the same gradients at norm 1, and differ from two
+    /// unclipped steps of the raw gradients (whose second step outweighs the first tenfold).
+    #[test]
+    fn the_norm_is_global_and_clipping_scales_each_step() {
+        let p = params();
+        assert!((AdamW::grad_norm(&p, &grads(&p, 1.0)).unwrap() - 13.0).abs() < 1e-9);
+        let (clipped, by_hand, raw) = (params(), params(), params());
+        let mut o1 = AdamW::new(&clipped, hyper(1.0)).unwrap();
+        let mut o2 = AdamW::new(&by_hand, hyper(f64::INFINITY)).unwrap();
+        let mut o3 = AdamW::new(&raw, hyper(f64::INFINITY)).unwrap();
+        for s in [1.0, 10.0] {
+            let norm = o1.step(&clipped, &grads(&clipped, s), 1e-2).unwrap();
+            assert!((norm - 13.0 * s).abs() < 1e-6 * s, "{norm}");
+            o2.step(&by_hand, &grads(&by_hand, 1.0 / 13.0), 1e-2)
+                .unwrap();
+            o3.step(&raw, &grads(&raw, s), 1e-2).unwrap();
+        }
+        let (c, h, r) = (values(&clipped), values(&by_hand), values(&raw));
+        for (x, y) in c.iter().zip(&h) {
+            assert!((x - y).abs() < 1e-6, "clipped {c:?} vs by hand {h:?}");
+        }
+        assert!(
+            c.iter().zip(&r).any(|(x, y)| (x - y).abs() > 1e-4),
+            "clipping changed nothing: {c:?} vs {r:?}"
+        );
+    }
+}
