@@ -1,6 +1,7 @@
 //! AdamW that can resume (SPEC §5): PyTorch's update, decoupled weight decay on tensors of
 //! rank >= 2 only, global-norm clipping folded into the update, and moments that are saved
-//! to and restored from `optimizer.safetensors`. In place on CPU.
+//! to and restored from `optimizer.safetensors`. In place on CPU with the fused kernels; in
+//! composed tensor ops (the path CUDA runs) with the composed ones.
 
 use std::collections::HashMap;
 use std::sync::Mutex;
@@ -11,6 +12,7 @@ use rayon::prelude::*;
 use candle_core::{CpuStorage, DType, InplaceOp2, Layout, Result, Tensor, Var, bail};
 
 use crate::config::TrainConfig;
+use crate::model::Kernels;
 
 #[derive(Clone, Copy, Debug)]
 pub struct Hyper {
@@ -33,8 +35,9 @@ impl Hyper {
     }
 }
 
-/// First and second moments of one parameter: host vectors updated in place on CPU, device
-/// tensors elsewhere.
+/// First and second moments of one parameter: host vectors updated in place (the fused CPU
+/// kernels), or tensors on the parameter's device updated by composed ops (CUDA's path, and the
+/// CPU's with `--kernels composed`).
 enum Moments {
     Host(Mutex<(Vec<f32>, Vec<f32>)>),
     Device(Tensor, Tensor),
@@ -113,12 +116,12 @@ impl InplaceOp2 for InPlace<'_> {
 }
 
 impl AdamW {
-    pub fn new(params: &[(String, Var)], hp: Hyper) -> Result<AdamW> {
+    pub fn new(params: &[(String, Var)], hp: Hyper, kernels: Kernels) -> Result<AdamW> {
         let slots = params
             .iter()
             .map(|(name, var)| {
                 let t = var.as_tensor();
-                let moments = if t.device().is_cpu() {
+                let moments = if t.device().is_cpu() && kernels == Kernels::Fused {
                     let n = t.elem_count();
                     Moments::Host(Mutex::new((vec![0.0; n], vec![0.0; n])))
                 } else {
@@ -299,9 +302,9 @@ mod tests {
         let p = params();
         assert!((AdamW::grad_norm(&p, &grads(&p, 1.0)).unwrap() - 13.0).abs() < 1e-9);
         let (clipped, by_hand, raw) = (params(), params(), params());
-        let mut o1 = AdamW::new(&clipped, hyper(1.0)).unwrap();
-        let mut o2 = AdamW::new(&by_hand, hyper(f64::INFINITY)).unwrap();
-        let mut o3 = AdamW::new(&raw, hyper(f64::INFINITY)).unwrap();
+        let mut o1 = AdamW::new(&clipped, hyper(1.0), Kernels::Fused).unwrap();
+        let mut o2 = AdamW::new(&by_hand, hyper(f64::INFINITY), Kernels::Fused).unwrap();
+        let mut o3 = AdamW::new(&raw, hyper(f64::INFINITY), Kernels::Fused).unwrap();
         for s in [1.0, 10.0] {
             let norm = o1.step(&clipped, &grads(&clipped, s), 1e-2).unwrap();
             assert!((norm - 13.0 * s).abs() < 1e-6 * s, "{norm}");
@@ -317,5 +320,46 @@ mod tests {
             c.iter().zip(&r).any(|(x, y)| (x - y).abs() > 1e-4),
             "clipping changed nothing: {c:?} vs {r:?}"
         );
+    }
+
+    /// The composed update (CUDA's) against the fused in-place one, over three steps with decay
+    /// on the matrix and clipping on every step; and the moments saved after two steps and
+    /// loaded into a fresh optimizer continue to the same third step, while moments of the
+    /// wrong size are refused.
+    #[test]
+    fn the_composed_update_and_a_restored_state_match_the_fused_update() {
+        let (fused, composed, restored) = (params(), params(), params());
+        let mut of = AdamW::new(&fused, hyper(1.0), Kernels::Fused).unwrap();
+        let mut oc = AdamW::new(&composed, hyper(1.0), Kernels::Composed).unwrap();
+        for s in [1.0, 10.0] {
+            of.step(&fused, &grads(&fused, s), 1e-2).unwrap();
+            oc.step(&composed, &grads(&composed, s), 1e-2).unwrap();
+        }
+        let saved: HashMap<String, Tensor> = of.state_tensors().unwrap().into_iter().collect();
+        assert_eq!(saved.len(), 4);
+        for ((_, to), (_, from)) in restored.iter().zip(&fused) {
+            to.set(from.as_tensor()).unwrap();
+        }
+        let mut or = AdamW::new(&restored, hyper(1.0), Kernels::Fused).unwrap();
+        or.load_state(saved.clone(), of.steps).unwrap();
+        for (p, o) in [
+            (&fused, &mut of),
+            (&composed, &mut oc),
+            (&restored, &mut or),
+        ] {
+            o.step(p, &grads(p, 3.0), 1e-2).unwrap();
+        }
+        let (f, c, r) = (values(&fused), values(&composed), values(&restored));
+        for ((x, y), z) in f.iter().zip(&c).zip(&r) {
+            assert!((x - y).abs() < 1e-6, "fused {f:?} vs composed {c:?}");
+            assert_eq!(x, z, "fused {f:?} vs restored {r:?}");
+        }
+        let mut wrong = saved;
+        wrong.insert(
+            "exp_avg.a".into(),
+            Tensor::new(&[1f32], &Device::Cpu).unwrap(),
+        );
+        let mut o = AdamW::new(&params(), hyper(1.0), Kernels::Fused).unwrap();
+        assert!(o.load_state(wrong, 2).is_err());
     }
 }

@@ -227,13 +227,21 @@ fn train_in(
     };
     let device = &opts.device;
     let precision = Precision::resolve(cfg.train.precision, device);
-    let (mut model, mut opt, state) = if opts.resume {
+    // The precision's and --kernels' choice of kernels, which the optimizer follows.
+    let kernels = |mut model: Gpt| {
+        model.set_precision(precision);
+        if let Some(k) = opts.kernels {
+            model.kernels = k;
+        }
+        model
+    };
+    let (model, mut opt, state) = if opts.resume {
         let (dir, state) = checkpoint::latest(&run_dir)?;
         if state.run_hash != cfg.run_hash() {
             bail!("{}: checkpoint of a different config", run_dir.display());
         }
-        let model = Gpt::load(gcfg, &dir.join(MODEL), device)?;
-        let mut opt = AdamW::new(&model.params, Hyper::from_config(&cfg.train))?;
+        let model = kernels(Gpt::load(gcfg, &dir.join(MODEL), device)?);
+        let mut opt = AdamW::new(&model.params, Hyper::from_config(&cfg.train), model.kernels)?;
         opt.load_state(load_tensors(&dir.join(OPTIMIZER))?, state.step)
             .with_context(|| {
                 format!(
@@ -243,8 +251,8 @@ fn train_in(
             })?;
         (model, opt, state)
     } else {
-        let model = Gpt::init(gcfg, cfg.train.seed, device)?;
-        let opt = AdamW::new(&model.params, Hyper::from_config(&cfg.train))?;
+        let model = kernels(Gpt::init(gcfg, cfg.train.seed, device)?);
+        let opt = AdamW::new(&model.params, Hyper::from_config(&cfg.train), model.kernels)?;
         let state = TrainerState {
             lab_version: env!("CARGO_PKG_VERSION").to_string(),
             run_hash: cfg.run_hash(),
@@ -281,10 +289,6 @@ fn train_in(
             state,
             info,
         });
-    }
-    model.set_precision(precision);
-    if let Some(k) = opts.kernels {
-        model.kernels = k;
     }
     let metrics = Metrics::open(&run_dir, opts.resume.then_some(state.step))?;
     let stop = stop_flag()?;

@@ -264,7 +264,7 @@ fn five_adamw_steps_match_pytorch() {
     );
     for k in [Kernels::Fused, Kernels::Composed] {
         let m = f.model(k);
-        let mut opt = AdamW::new(&m.params, hp).unwrap();
+        let mut opt = AdamW::new(&m.params, hp, k).unwrap();
         let p = pack(&f, "ids");
         let mut got = Vec::new();
         for step in 0..want.len() as u64 {
