@@ -224,15 +224,69 @@ fn best_setting(
     seed: u64,
 ) -> (f64, Vec<(f64, MeanCi)>, Vec<f64>) {
     let (common, by) = at_common_compute(rows, key, axis);
+    let (means, p) = bootstrap_settings(by, seed);
+    (common, means, p)
+}
+
+/// Each setting's mean C with its interval, and the bootstrap share of resamples in which it
+/// is best, from the C values of its runs (keyed by the setting's bits).
+fn bootstrap_settings(by: BTreeMap<u64, Vec<f64>>, seed: u64) -> (Vec<(f64, MeanCi)>, Vec<f64>) {
     let keys: Vec<f64> = by.keys().map(|k| key_value(*k)).collect();
-    let groups: Vec<Vec<f64>> = by.values().cloned().collect();
+    let groups: Vec<Vec<f64>> = by.into_values().collect();
     let p = bootstrap_best(&groups, BOOT, seed);
     let means = keys
         .iter()
         .zip(&groups)
         .map(|(k, g)| (*k, MeanCi::of(g)))
         .collect();
-    (common, means, p)
+    (means, p)
+}
+
+/// The resamples' share whose best setting is `good`, and the setting with the best mean.
+fn share_and_best(
+    means: &[(f64, MeanCi)],
+    p: &[f64],
+    good: impl Fn(usize, usize, f64) -> bool,
+) -> (f64, f64) {
+    let share = means
+        .iter()
+        .zip(p)
+        .enumerate()
+        .filter(|(i, ((k, _), _))| good(*i, means.len(), *k))
+        .map(|(_, (_, p))| *p)
+        .sum();
+    let best = means
+        .iter()
+        .max_by(|a, b| a.1.mean.total_cmp(&b.1.mean))
+        .map_or(f64::NAN, |m| m.0);
+    (share, best)
+}
+
+/// The depth test on C at each run's last evaluation instead (equal epochs, so equal data, not
+/// equal compute): the other reading of a fixed budget, and the only one that keeps every
+/// depth when the depths' compute per token differs several-fold (L × E held fixed).
+fn at_last_evaluation(
+    rows: &[&Row],
+    key: &str,
+    seed: u64,
+    good: impl Fn(usize, usize, f64) -> bool,
+) -> (String, Value) {
+    let mut by: BTreeMap<u64, Vec<f64>> = BTreeMap::new();
+    for r in finals(rows) {
+        if let (Some(k), Some(c)) = (r.num(key), r.num(tags::CREATIVITY)) {
+            by.entry(k.to_bits()).or_default().push(c);
+        }
+    }
+    let (means, p) = bootstrap_settings(by, seed);
+    let (share, best) = share_and_best(&means, &p, good);
+    (
+        format!("best L = {best}, P(interior) = {share:.3}"),
+        json!({
+            "c_by_setting": means.iter().map(|(k, m)| json!({key: k, "c": ci_json(m)})).collect::<Vec<_>>(),
+            "p_best": means.iter().zip(&p).map(|((k, _), p)| json!({key: k, "p": p})).collect::<Vec<_>>(),
+            "p_claimed": share,
+        }),
+    )
 }
 
 /// One group's optimum test: C at the group's common compute for each setting of `key`, and the
@@ -247,7 +301,21 @@ struct Optimum {
 
 impl Optimum {
     fn describe(&self, setting: &str, share: &str) -> String {
-        if self.best.is_nan() {
+        let left: Vec<String> = self.numbers["left_out"]
+            .as_array()
+            .map(|v| {
+                v.iter()
+                    .filter_map(|x| x.as_f64())
+                    .map(|x| x.to_string())
+                    .collect()
+            })
+            .unwrap_or_default();
+        if self.best.is_nan() && !left.is_empty() {
+            format!(
+                "{setting} = {} has no evaluation at or below the common compute: inconclusive",
+                left.join(", ")
+            )
+        } else if self.best.is_nan() {
             "too few settings reach a common compute".into()
         } else {
             format!(
@@ -258,15 +326,28 @@ impl Optimum {
     }
 }
 
+/// `optimum`'s test, with `need_all`: a setting with no evaluation at or below the common
+/// compute (a model whose first evaluation already costs more than every run of another
+/// reached) makes the test inconclusive instead of leaving it out, since which settings are
+/// interior depends on them all.
 fn optimum(
     (group, rows): (&str, &[&Row]),
     key: &str,
     axis: &str,
     seed: u64,
+    need_all: bool,
     good: impl Fn(usize, usize, f64) -> bool,
 ) -> Option<Optimum> {
     let (common, means, p) = best_setting(rows, key, axis, seed);
-    if means.len() < 3 {
+    let mut all: Vec<f64> = rows.iter().filter_map(|r| r.num(key)).collect();
+    all.sort_by(f64::total_cmp);
+    all.dedup();
+    let left_out: Vec<f64> = all
+        .iter()
+        .copied()
+        .filter(|k| !means.iter().any(|m| m.0 == *k))
+        .collect();
+    if means.len() < 3 || (need_all && !left_out.is_empty()) {
         // Too few settings have an evaluation at or below the common compute to tell an
         // optimum: inconclusive, and said so.
         return Some(Optimum {
@@ -278,21 +359,11 @@ fn optimum(
                 "compute_axis": axis,
                 "common_compute": common,
                 "settings_at_common_compute": means.len(),
+                "left_out": left_out,
             }),
         });
     }
-    let share = means
-        .iter()
-        .zip(&p)
-        .enumerate()
-        .filter(|(i, ((k, _), _))| good(*i, means.len(), *k))
-        .map(|(_, (_, p))| *p)
-        .fold(0.0, |a, b| a + b);
-    let best = means
-        .iter()
-        .max_by(|a, b| a.1.mean.total_cmp(&b.1.mean))
-        .map(|m| m.0)
-        .unwrap_or(0.0);
+    let (share, best) = share_and_best(&means, &p, good);
     let min_n = means.iter().map(|m| m.1.n).min().unwrap_or(0);
     let verdict = if min_n < 2 {
         Verdict::Inconclusive
@@ -310,6 +381,7 @@ fn optimum(
         "c_by_setting": means.iter().map(|(k, m)| json!({key: k, "c": ci_json(m)})).collect::<Vec<_>>(),
         "p_best": means.iter().zip(&p).map(|((k, _), p)| json!({key: k, "p": p})).collect::<Vec<_>>(),
         "p_claimed": share,
+        "left_out": left_out,
     });
     Some(Optimum {
         verdict,
@@ -324,14 +396,17 @@ fn depth_claim(depth: &[Group]) -> Finding {
     for (i, (b, rows)) in depth.iter().enumerate() {
         let interior = |i: usize, n: usize, _: f64| i > 0 && i + 1 < n;
         let seed = 2 + i as u64;
-        if let Some(mut o) = optimum((b, rows), "n_layer", FLOPS, seed, interior) {
+        if let Some(mut o) = optimum((b, rows), "n_layer", FLOPS, seed, true, interior) {
             // The same test with the LM head counted, beside the verdict: at small E the head
             // is much of the compute, and it favours the deep, narrow models.
             let mut line = format!("{b}: {}", o.describe("L", "P(interior)"));
-            if let Some(h) = optimum((b, rows), "n_layer", FLOPS_WITH_HEAD, seed, interior) {
+            if let Some(h) = optimum((b, rows), "n_layer", FLOPS_WITH_HEAD, seed, true, interior) {
                 line += &format!(" (LM head counted: {})", h.describe("L", "P(interior)"));
                 o.numbers["with_head"] = h.numbers;
             }
+            let (last, n) = at_last_evaluation(rows, "n_layer", seed, interior);
+            line += &format!("; at the last evaluation (equal epochs): {last}");
+            o.numbers["at_last_evaluation"] = n;
             stat.push(line);
             verdicts.push(o.verdict);
             numbers.push(o.numbers);
@@ -348,7 +423,10 @@ fn depth_claim(depth: &[Group]) -> Finding {
                resamples within each depth) counts how often the best mean is at an interior \
                depth. Reproduced if ≥ 0.95, not reproduced if ≤ 0.05, else inconclusive; the \
                claim holds if it holds in every bucket. Compute is the paper's count; the same \
-               test with the LM head counted is given beside it (`with_head`), not voted.",
+               test with the LM head counted is given beside it (`with_head`), not voted. A \
+               depth with no evaluation at or below the common compute makes the bucket \
+               inconclusive (`left_out`); the same bootstrap on C at each run's last evaluation \
+               (equal epochs) is given beside it (`at_last_evaluation`), not voted.",
         statistic: stat.join("; "),
         numbers: Value::Array(numbers),
     }
@@ -359,7 +437,7 @@ fn width_claim(width: &[Group]) -> Finding {
     for (i, (b, rows)) in width.iter().enumerate() {
         let in_band = |_: usize, _: usize, r: f64| (WIDTH_BAND.0..=WIDTH_BAND.1).contains(&r);
         let seed = 20 + i as u64;
-        if let Some(o) = optimum((b, rows), "e_over_l", FLOPS_WITH_HEAD, seed, in_band) {
+        if let Some(o) = optimum((b, rows), "e_over_l", FLOPS_WITH_HEAD, seed, false, in_band) {
             stat.push(format!("{b}: {}", o.describe("E/L", "P(best in 200–300)")));
             verdicts.push(o.verdict);
             numbers.push(o.numbers);
@@ -657,5 +735,53 @@ mod tests {
             "inconclusive"
         );
         assert_eq!(changes(&[cell(1, 1.0, 2.0), cell(6, 0.1, 0.3)]), "no");
+    }
+
+    /// Three seeds at L = 1, 2, 4, 8: L = 2 best at every evaluation, but L = 1's first
+    /// evaluation costs more than any other run ever reaches (L × E fixed: its FLOPs per token
+    /// are many times the others'). At the common compute L = 1 has no C, so the test is
+    /// inconclusive and says so, instead of calling L = 2 the shallowest; at the last
+    /// evaluation every depth counts and L = 2 is an interior best.
+    #[test]
+    fn a_depth_missing_at_the_common_compute_makes_the_depth_test_inconclusive() {
+        let mut rows = Vec::new();
+        for (depth, c, flops) in [
+            (1.0, 3.0, 8e12),
+            (2.0, 6.0, 1e12),
+            (4.0, 4.0, 1e12),
+            (8.0, 1.0, 1e12),
+        ] {
+            for seed in 0..3 {
+                for (frac, scale) in [(0.5, 0.5), (1.0, 1.0)] {
+                    let mut m = BTreeMap::new();
+                    for (k, v) in [
+                        ("run", format!("L{depth}-{seed}")),
+                        ("bucket", "100k".into()),
+                        ("n_layer", depth.to_string()),
+                        (FLOPS, (flops * frac).to_string()),
+                        (FLOPS_WITH_HEAD, (flops * frac).to_string()),
+                        (
+                            tags::CREATIVITY,
+                            (c * scale + 0.1 * seed as f64).to_string(),
+                        ),
+                    ] {
+                        m.insert(k.to_string(), v);
+                    }
+                    rows.push(Row(m));
+                }
+            }
+        }
+        let refs: Vec<&Row> = rows.iter().collect();
+        let f = depth_claim(&[("100k".to_string(), refs)]);
+        assert_eq!(f.verdict, Verdict::Inconclusive, "{}", f.statistic);
+        assert!(
+            f.statistic.contains("L = 1 has no evaluation"),
+            "{}",
+            f.statistic
+        );
+        assert_eq!(f.numbers[0]["left_out"], json!([1.0]));
+        let last = &f.numbers[0]["at_last_evaluation"];
+        assert_eq!(last["c_by_setting"].as_array().unwrap().len(), 4, "{last}");
+        assert!(last["p_claimed"].as_f64().unwrap() > 0.99, "{last}");
     }
 }
