@@ -175,7 +175,7 @@ fn last(rows: &[&Row], col: &str) -> Vec<f64> {
 
 /// Mean greedy C over the eval queries of at least 2 hops (each hop count weighted equally).
 fn multi_hop(r: &Row) -> Option<f64> {
-    let v: Vec<f64> = (2..=12)
+    let v: Vec<f64> = (2..=crate::config::MAX_HOPS)
         .filter_map(|h| r.num(&tags::creativity_by_hop(h)))
         .collect();
     (!v.is_empty()).then(|| v.iter().sum::<f64>() / v.len() as f64)
@@ -315,22 +315,16 @@ fn where_gain(cells: &Cells) -> Question {
         let base = finals(ntp);
         for (s, rows) in by.iter().filter(|(s, _)| **s != Setting::NTP) {
             let f = finals(rows);
-            let of = |rs: &[&Row], get: &dyn Fn(&Row) -> Option<f64>| -> Vec<f64> {
-                rs.iter().filter_map(|r| get(r)).collect()
+            // The change of one figure at the last evaluation, this setting against NTP.
+            let change = |get: &dyn Fn(&Row) -> Option<f64>| {
+                let of = |rs: &[&Row]| rs.iter().filter_map(|r| get(r)).collect::<Vec<f64>>();
+                diff(&of(&f), &of(&base))
             };
-            let col = |c: &'static str| move |r: &Row| r.num(c);
             let hop1 = tags::creativity_by_hop(1);
-            let one = |r: &Row| r.num(&hop1);
-            let d1 = diff(&of(&f, &one), &of(&base, &one));
-            let dm = diff(&of(&f, &multi_hop), &of(&base, &multi_hop));
-            let dh = diff(
-                &of(&f, &col(tags::ROLLUP_HALLUCINATION)),
-                &of(&base, &col(tags::ROLLUP_HALLUCINATION)),
-            );
-            let di = diff(
-                &of(&f, &col(tags::ROLLUP_INVALID_PATH)),
-                &of(&base, &col(tags::ROLLUP_INVALID_PATH)),
-            );
+            let d1 = change(&|r| r.num(&hop1));
+            let dm = change(&multi_hop);
+            let dh = change(&|r| r.num(tags::ROLLUP_HALLUCINATION));
+            let di = change(&|r| r.num(tags::ROLLUP_INVALID_PATH));
             let place = match (d1.above_zero(), dm.above_zero()) {
                 (true, true) => "memory and planning",
                 (true, false) => "memory",
