@@ -82,6 +82,21 @@ pub fn dot(a: &[f32], b: &[f32]) -> f32 {
     acc.iter().sum::<f32>() + tail
 }
 
+/// Σ (a_i − m)², summed exactly as `dot(d, d)` sums the deviations d = a − m.
+#[inline(always)]
+pub fn dot_sq_dev(a: &[f32], m: f32) -> f32 {
+    let mut acc = [0f32; LANES];
+    let ca = a.chunks_exact(LANES);
+    let tail: f32 = ca.remainder().iter().map(|x| (x - m) * (x - m)).sum();
+    for x in ca {
+        for i in 0..LANES {
+            let d = x[i] - m;
+            acc[i] += d * d;
+        }
+    }
+    acc.iter().sum::<f32>() + tail
+}
+
 /// Σ a_i.
 #[inline(always)]
 pub fn sum(a: &[f32]) -> f32 {
@@ -159,6 +174,9 @@ mod tests {
         let naive_dot: f32 = a.iter().zip(&b).map(|(x, y)| x * y).sum();
         assert!((dot(&a, &b) - naive_dot).abs() < 1e-3);
         assert_eq!(sum(&b), b.iter().sum::<f32>());
+        let m = 0.3;
+        let d: Vec<f32> = a.iter().map(|x| x - m).collect();
+        assert_eq!(dot_sq_dev(&a, m).to_bits(), dot(&d, &d).to_bits());
         assert_eq!(max(&a), 9.5);
         assert_eq!(argmax(&a), 36);
         assert_eq!(argmax(&[1.0, 3.0, 3.0, -2.0]), 1);

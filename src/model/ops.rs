@@ -2,6 +2,8 @@
 //! tanh-GELU, and the LM head fused with masked cross-entropy. candle-nn's fused norms and
 //! softmax have no backward (candle #2168, #2977, #3011); these do, and are tested for it.
 
+use std::mem::MaybeUninit;
+
 use candle_core::{CpuStorage, CustomOp1, CustomOp3, DType, Layout, Result, Shape, Tensor, bail};
 use gemm::{Parallelism, gemm};
 use rayon::prelude::*;
@@ -57,8 +59,21 @@ fn threads() -> Parallelism {
     }
 }
 
+/// `len` f32 that `write` initializes in full, without zeroing them first: the memset of
+/// `vec![0.0; len]` was 7% of a 100k L = 16 step (`perf record`), on memory that every
+/// kernel overwrites anyway.
+fn written(len: usize, write: impl FnOnce(&mut [MaybeUninit<f32>])) -> Vec<f32> {
+    let mut v = Vec::with_capacity(len);
+    write(&mut v.spare_capacity_mut()[..len]);
+    // SAFETY: every caller's `write` initializes all `len` elements: its loops zip the buffer
+    // with inputs of the same length, or cover every (row, column), or `sgemm_into` fills it.
+    unsafe { v.set_len(len) };
+    v
+}
+
 /// C (m×n, row-major) = [C +] A·B, where A and B are addressed by (row, column) strides.
-/// This is the single entry into the gemm crate, the kernel candle's CPU matmul uses.
+/// This and `sgemm_into` are the entries into the gemm crate, the kernel candle's CPU matmul
+/// uses.
 #[allow(clippy::too_many_arguments)]
 pub fn sgemm(
     m: usize,
@@ -75,15 +90,81 @@ pub fn sgemm(
     par: bool,
 ) {
     assert!(c.len() >= m * n);
+    gemm_at(
+        m,
+        n,
+        k,
+        c.as_mut_ptr(),
+        accumulate,
+        a,
+        a_rs,
+        a_cs,
+        b,
+        b_rs,
+        b_cs,
+        par,
+    );
+}
+
+/// C = A·B into memory not yet initialized, which gemm writes without reading.
+#[allow(clippy::too_many_arguments)]
+fn sgemm_into(
+    m: usize,
+    n: usize,
+    k: usize,
+    c: &mut [MaybeUninit<f32>],
+    a: &[f32],
+    a_rs: usize,
+    a_cs: usize,
+    b: &[f32],
+    b_rs: usize,
+    b_cs: usize,
+    par: bool,
+) {
+    assert!(c.len() >= m * n);
+    gemm_at(
+        m,
+        n,
+        k,
+        c.as_mut_ptr().cast(),
+        false,
+        a,
+        a_rs,
+        a_cs,
+        b,
+        b_rs,
+        b_cs,
+        par,
+    );
+}
+
+/// The gemm call behind both, into `c`, which holds at least m×n f32 (read only when
+/// accumulating).
+#[allow(clippy::too_many_arguments)]
+fn gemm_at(
+    m: usize,
+    n: usize,
+    k: usize,
+    c: *mut f32,
+    accumulate: bool,
+    a: &[f32],
+    a_rs: usize,
+    a_cs: usize,
+    b: &[f32],
+    b_rs: usize,
+    b_cs: usize,
+    par: bool,
+) {
     assert!(m == 0 || k == 0 || a.len() > (m - 1) * a_rs + (k - 1) * a_cs);
     assert!(n == 0 || k == 0 || b.len() > (k - 1) * b_rs + (n - 1) * b_cs);
-    // SAFETY: the asserts above bound every index gemm touches in a, b and c.
+    // SAFETY: the asserts above bound every index gemm touches in a and b; both callers
+    // check that c holds m×n.
     unsafe {
         gemm(
             m,
             n,
             k,
-            c.as_mut_ptr(),
+            c,
             1,
             n as isize,
             accumulate,
@@ -112,14 +193,11 @@ struct LayerNorm;
 fn ln_row_stats(x: &[f32]) -> (f32, f32) {
     let c = x.len() as f32;
     let mean = fastmath::sum(x) / c;
-    let mut d = [0f32; 128];
+    // Σ (x − mean)² in runs of 128, each summed as `fastmath::dot` sums (the bits of a buffer
+    // of deviations dotted with itself, without the buffer: its stores held each row up).
     let mut var = 0f32;
-    for chunk in x.chunks(d.len()) {
-        let d = &mut d[..chunk.len()];
-        for (d, v) in d.iter_mut().zip(chunk) {
-            *d = v - mean;
-        }
-        var += fastmath::dot(d, d);
+    for chunk in x.chunks(128) {
+        var += fastmath::dot_sq_dev(chunk, mean);
     }
     let var = var / c;
     (mean, 1.0 / (var + LN_EPS).sqrt())
@@ -144,22 +222,23 @@ impl CustomOp3 for LayerNorm {
         let w = f32s(ws, wl, self.name())?;
         let b = f32s(bs, bl, self.name())?;
         let c = w.len();
-        let mut y = vec![0f32; x.len()];
-        y.par_chunks_mut(c * ROWS)
-            .zip(x.par_chunks(c * ROWS))
-            .for_each(|(yc, xc)| {
-                fastmath::wide(
-                    #[inline(always)]
-                    || {
-                        for (yr, xr) in yc.chunks_mut(c).zip(xc.chunks(c)) {
-                            let (mean, rstd) = ln_row_stats(xr);
-                            for i in 0..c {
-                                yr[i] = (xr[i] - mean) * rstd * w[i] + b[i];
+        let y = written(x.len(), |y| {
+            y.par_chunks_mut(c * ROWS)
+                .zip(x.par_chunks(c * ROWS))
+                .for_each(|(yc, xc)| {
+                    fastmath::wide(
+                        #[inline(always)]
+                        || {
+                            for (yr, xr) in yc.chunks_mut(c).zip(xc.chunks(c)) {
+                                let (mean, rstd) = ln_row_stats(xr);
+                                for (((y, x), w), b) in yr.iter_mut().zip(xr).zip(w).zip(b) {
+                                    y.write((x - mean) * rstd * w + b);
+                                }
                             }
-                        }
-                    },
-                )
-            });
+                        },
+                    )
+                })
+        });
         Ok((CpuStorage::F32(y), xl.shape().clone()))
     }
 
@@ -200,47 +279,68 @@ impl CustomOp3 for LayerNormBwd {
         let dy = f32s(dys, dyl, self.name())?;
         let c = w.len();
         let n = x.len();
-        let mut out = vec![0f32; n + 2 * c];
-        let (dx, _) = out.split_at_mut(n);
-        let partials: Vec<Vec<f32>> = dx
-            .par_chunks_mut(c * ROWS)
-            .zip(x.par_chunks(c * ROWS).zip(dy.par_chunks(c * ROWS)))
-            .map(|(dxc, (xc, dyc))| {
-                fastmath::wide(
-                    #[inline(always)]
-                    || {
-                        let mut acc = vec![0f32; 2 * c];
-                        let mut xhat = vec![0f32; c];
-                        for ((dxr, xr), dyr) in
-                            dxc.chunks_mut(c).zip(xc.chunks(c)).zip(dyc.chunks(c))
-                        {
-                            let (mean, rstd) = ln_row_stats(xr);
-                            let (mut m1, mut m2) = (0f32, 0f32);
-                            for i in 0..c {
-                                xhat[i] = (xr[i] - mean) * rstd;
-                                let g = dyr[i] * w[i];
-                                m1 += g;
-                                m2 += g * xhat[i];
-                                acc[i] += dyr[i] * xhat[i];
-                                acc[c + i] += dyr[i];
-                            }
-                            let (m1, m2) = (m1 / c as f32, m2 / c as f32);
-                            for i in 0..c {
-                                dxr[i] = (dyr[i] * w[i] - m1 - xhat[i] * m2) * rstd;
-                            }
-                        }
-                        acc
-                    },
-                )
-            })
-            .collect();
-        let tail = &mut out[n..];
-        for p in partials {
-            for (t, v) in tail.iter_mut().zip(p) {
-                *t += v;
-            }
-        }
+        let out = written(n + 2 * c, |out| {
+            let (dx, tail) = out.split_at_mut(n);
+            ln_bwd_rows(dx, tail, x, w, dy)
+        });
         Ok((CpuStorage::F32(out), Shape::from(n + 2 * c)))
+    }
+}
+
+/// dx of every row into `dx`, and Σ_rows dy·x̂ then Σ_rows dy into `dwb` (2C).
+fn ln_bwd_rows(
+    dx: &mut [MaybeUninit<f32>],
+    dwb: &mut [MaybeUninit<f32>],
+    x: &[f32],
+    w: &[f32],
+    dy: &[f32],
+) {
+    let c = w.len();
+    let partials: Vec<Vec<f32>> = dx
+        .par_chunks_mut(c * ROWS)
+        .zip(x.par_chunks(c * ROWS).zip(dy.par_chunks(c * ROWS)))
+        .map(|(dxc, (xc, dyc))| {
+            fastmath::wide(
+                #[inline(always)]
+                || {
+                    let mut acc = vec![0f32; 2 * c];
+                    let mut xhat = vec![0f32; c];
+                    for ((dxr, xr), dyr) in dxc.chunks_mut(c).zip(xc.chunks(c)).zip(dyc.chunks(c)) {
+                        let (mean, rstd) = ln_row_stats(xr);
+                        // Zipped slices, not indices: bounds checks kept these loops
+                        // scalar. The sums m1, m2 run in index order, on their own.
+                        let (dw, db) = acc.split_at_mut(c);
+                        for ((((xh, x), g), dw), db) in
+                            xhat.iter_mut().zip(xr).zip(dyr).zip(dw).zip(db)
+                        {
+                            *xh = (x - mean) * rstd;
+                            *dw += g * *xh;
+                            *db += g;
+                        }
+                        let (mut m1, mut m2) = (0f32, 0f32);
+                        for ((g, w), xh) in dyr.iter().zip(w).zip(&xhat) {
+                            let g = g * w;
+                            m1 += g;
+                            m2 += g * xh;
+                        }
+                        let (m1, m2) = (m1 / c as f32, m2 / c as f32);
+                        for (((dx, g), w), xh) in dxr.iter_mut().zip(dyr).zip(w).zip(&xhat) {
+                            dx.write((g * w - m1 - xh * m2) * rstd);
+                        }
+                    }
+                    acc
+                },
+            )
+        })
+        .collect();
+    let mut sums = vec![0f32; 2 * c];
+    for p in partials {
+        for (t, v) in sums.iter_mut().zip(p) {
+            *t += v;
+        }
+    }
+    for (d, s) in dwb.iter_mut().zip(sums) {
+        d.write(s);
     }
 }
 
@@ -426,11 +526,11 @@ fn softmax_blocks(row: &mut [Block], t: usize) {
 }
 
 /// Split `out` (rows of `width`) into the disjoint row ranges of `spans`.
-fn split_rows<'a>(
-    mut out: &'a mut [f32],
+fn split_rows<'a, T>(
+    mut out: &'a mut [T],
     spans: &[(usize, usize)],
     width: usize,
-) -> Vec<&'a mut [f32]> {
+) -> Vec<&'a mut [T]> {
     let mut parts = Vec::with_capacity(spans.len());
     for &(_, l) in spans {
         let (head, tail) = std::mem::take(&mut out).split_at_mut(l * width);
@@ -478,27 +578,29 @@ impl CustomOp1 for CausalAttention {
             );
         }
         let heads = gather(qkv, &spans, e, self.n_head);
-        let mut y = vec![0f32; n * e];
-        split_rows(&mut y, &spans, e)
-            .into_par_iter()
-            .zip(heads.par_iter())
-            .for_each(|(yb, hb)| {
-                fastmath::wide(
-                    #[inline(always)]
-                    || {
-                        let hd = hb.hd;
-                        for h in 0..self.n_head {
-                            let vt = hb.rows(&hb.vt, h);
-                            for t in 0..hb.t_len {
-                                let (p, n) = (hb.probs(h, t), Heads::blocks(t));
-                                for i in 0..hd {
-                                    yb[t * e + h * hd + i] = dot_blocks(p, &vt[i * hb.nb..][..n]);
+        let y = written(n * e, |y| {
+            split_rows(y, &spans, e)
+                .into_par_iter()
+                .zip(heads.par_iter())
+                .for_each(|(yb, hb)| {
+                    fastmath::wide(
+                        #[inline(always)]
+                        || {
+                            let hd = hb.hd;
+                            for h in 0..self.n_head {
+                                let vt = hb.rows(&hb.vt, h);
+                                for t in 0..hb.t_len {
+                                    let (p, n) = (hb.probs(h, t), Heads::blocks(t));
+                                    for i in 0..hd {
+                                        yb[t * e + h * hd + i]
+                                            .write(dot_blocks(p, &vt[i * hb.nb..][..n]));
+                                    }
                                 }
                             }
-                        }
-                    },
-                )
-            });
+                        },
+                    )
+                })
+        });
         *self.saved.lock().expect("attention heads") = heads;
         Ok((CpuStorage::F32(y), Shape::from((n, e))))
     }
@@ -548,65 +650,68 @@ impl candle_core::CustomOp2 for CausalAttentionBwd {
         if heads.len() != self.spans.len() {
             heads = gather(qkv, &self.spans, e, self.n_head);
         }
-        let mut dqkv = vec![0f32; qkv.len()];
-        split_rows(&mut dqkv, &self.spans, e3)
-            .into_par_iter()
-            .zip(self.spans.par_iter().zip(heads.par_iter()))
-            .for_each(|(dxb, (&(start, t_len), hb))| {
-                fastmath::wide(
-                    #[inline(always)]
-                    || {
-                        let dyb = &dy[start * e..(start + t_len) * e];
-                        let nb = hb.nb;
-                        let (mut dkt, mut dvt) =
-                            (vec![[0f32; KB]; hd * nb], vec![[0f32; KB]; hd * nb]);
-                        let (mut dp, mut ds) = (vec![[0f32; KB]; nb], vec![[0f32; KB]; nb]);
-                        for h in 0..self.n_head {
-                            let (kt, vt) = (hb.rows(&hb.kt, h), hb.rows(&hb.vt, h));
-                            dkt.fill([0.0; KB]);
-                            dvt.fill([0.0; KB]);
-                            for t in 0..t_len {
-                                let (p, n) = (hb.probs(h, t), Heads::blocks(t));
-                                let dyt = &dyb[t * e + h * hd..][..hd];
-                                // dp_j = dy_t · v_j
-                                let dp = &mut dp[..n];
-                                for (b, out) in dp.iter_mut().enumerate() {
-                                    let mut acc = [0f32; KB];
-                                    for (i, &g) in dyt.iter().enumerate() {
-                                        fma_block(&mut acc, g, &vt[i * nb + b]);
+        let dqkv = written(qkv.len(), |dqkv| {
+            split_rows(dqkv, &self.spans, e3)
+                .into_par_iter()
+                .zip(self.spans.par_iter().zip(heads.par_iter()))
+                .for_each(|(dxb, (&(start, t_len), hb))| {
+                    fastmath::wide(
+                        #[inline(always)]
+                        || {
+                            let dyb = &dy[start * e..(start + t_len) * e];
+                            let nb = hb.nb;
+                            let (mut dkt, mut dvt) =
+                                (vec![[0f32; KB]; hd * nb], vec![[0f32; KB]; hd * nb]);
+                            let (mut dp, mut ds) = (vec![[0f32; KB]; nb], vec![[0f32; KB]; nb]);
+                            for h in 0..self.n_head {
+                                let (kt, vt) = (hb.rows(&hb.kt, h), hb.rows(&hb.vt, h));
+                                dkt.fill([0.0; KB]);
+                                dvt.fill([0.0; KB]);
+                                for t in 0..t_len {
+                                    let (p, n) = (hb.probs(h, t), Heads::blocks(t));
+                                    let dyt = &dyb[t * e + h * hd..][..hd];
+                                    // dp_j = dy_t · v_j
+                                    let dp = &mut dp[..n];
+                                    for (b, out) in dp.iter_mut().enumerate() {
+                                        let mut acc = [0f32; KB];
+                                        for (i, &g) in dyt.iter().enumerate() {
+                                            fma_block(&mut acc, g, &vt[i * nb + b]);
+                                        }
+                                        *out = acc;
                                     }
-                                    *out = acc;
-                                }
-                                // ds_j = scale · p_j (dp_j − Σ p dp), 0 after key t with p
-                                let dot = dot_blocks(p, dp);
-                                let ds = &mut ds[..n];
-                                for b in 0..n {
-                                    for l in 0..KB {
-                                        ds[b][l] = p[b][l] * (dp[b][l] - dot) * scale;
-                                    }
-                                }
-                                // dq_t = Σ_j ds_j k_j; dk_j += ds_j q_t; dv_j += p_j dy_t
-                                let q = hb.q(h, t);
-                                for i in 0..hd {
-                                    dxb[t * e3 + h * hd + i] = dot_blocks(ds, &kt[i * nb..][..n]);
-                                    let (dk, dv) =
-                                        (&mut dkt[i * nb..][..n], &mut dvt[i * nb..][..n]);
+                                    // ds_j = scale · p_j (dp_j − Σ p dp), 0 after key t with p
+                                    let dot = dot_blocks(p, dp);
+                                    let ds = &mut ds[..n];
                                     for b in 0..n {
-                                        fma_block(&mut dk[b], q[i], &ds[b]);
-                                        fma_block(&mut dv[b], dyt[i], &p[b]);
+                                        for l in 0..KB {
+                                            ds[b][l] = p[b][l] * (dp[b][l] - dot) * scale;
+                                        }
+                                    }
+                                    // dq_t = Σ_j ds_j k_j; dk_j += ds_j q_t; dv_j += p_j dy_t
+                                    let q = hb.q(h, t);
+                                    for i in 0..hd {
+                                        dxb[t * e3 + h * hd + i]
+                                            .write(dot_blocks(ds, &kt[i * nb..][..n]));
+                                        let (dk, dv) =
+                                            (&mut dkt[i * nb..][..n], &mut dvt[i * nb..][..n]);
+                                        for b in 0..n {
+                                            fma_block(&mut dk[b], q[i], &ds[b]);
+                                            fma_block(&mut dv[b], dyt[i], &p[b]);
+                                        }
+                                    }
+                                }
+                                for j in 0..t_len {
+                                    for i in 0..hd {
+                                        let (dk, dv) = (dkt[i * nb + j / KB], dvt[i * nb + j / KB]);
+                                        dxb[j * e3 + e + h * hd + i].write(dk[j % KB]);
+                                        dxb[j * e3 + 2 * e + h * hd + i].write(dv[j % KB]);
                                     }
                                 }
                             }
-                            for j in 0..t_len {
-                                for i in 0..hd {
-                                    dxb[j * e3 + e + h * hd + i] = dkt[i * nb + j / KB][j % KB];
-                                    dxb[j * e3 + 2 * e + h * hd + i] = dvt[i * nb + j / KB][j % KB];
-                                }
-                            }
-                        }
-                    },
-                )
-            });
+                        },
+                    )
+                })
+        });
         Ok((CpuStorage::F32(dqkv), l.shape().clone()))
     }
 }
@@ -636,20 +741,21 @@ impl CustomOp1 for Gelu {
     fn cpu_fwd(&self, s: &CpuStorage, l: &Layout) -> Result<(CpuStorage, Shape)> {
         let _t = profile::span(self.name());
         let x = f32s(s, l, self.name())?;
-        let mut y = vec![0f32; x.len()];
-        y.par_chunks_mut(1 << 14)
-            .zip(x.par_chunks(1 << 14))
-            .for_each(|(yc, xc)| {
-                fastmath::wide(
-                    #[inline(always)]
-                    || {
-                        for (y, &x) in yc.iter_mut().zip(xc) {
-                            *y =
-                                0.5 * x * (1.0 + fastmath::tanh(GELU_C * (x + GELU_A * x * x * x)));
-                        }
-                    },
-                )
-            });
+        let y = written(x.len(), |y| {
+            y.par_chunks_mut(1 << 14)
+                .zip(x.par_chunks(1 << 14))
+                .for_each(|(yc, xc)| {
+                    fastmath::wide(
+                        #[inline(always)]
+                        || {
+                            for (y, &x) in yc.iter_mut().zip(xc) {
+                                let u = GELU_C * (x + GELU_A * x * x * x);
+                                y.write(0.5 * x * (1.0 + fastmath::tanh(u)));
+                            }
+                        },
+                    )
+                })
+        });
         Ok((CpuStorage::F32(y), l.shape().clone()))
     }
 
@@ -675,22 +781,23 @@ impl candle_core::CustomOp2 for GeluBwd {
         let _t = profile::span(self.name());
         let x = f32s(s, l, self.name())?;
         let dy = f32s(ds, dl, self.name())?;
-        let mut dx = vec![0f32; x.len()];
-        dx.par_chunks_mut(1 << 14)
-            .zip(x.par_chunks(1 << 14).zip(dy.par_chunks(1 << 14)))
-            .for_each(|(dc, (xc, gc))| {
-                fastmath::wide(
-                    #[inline(always)]
-                    || {
-                        for ((d, &x), &g) in dc.iter_mut().zip(xc).zip(gc) {
-                            let u = GELU_C * (x + GELU_A * x * x * x);
-                            let th = fastmath::tanh(u);
-                            let du = GELU_C * (1.0 + 3.0 * GELU_A * x * x);
-                            *d = g * (0.5 * (1.0 + th) + 0.5 * x * (1.0 - th * th) * du);
-                        }
-                    },
-                )
-            });
+        let dx = written(x.len(), |dx| {
+            dx.par_chunks_mut(1 << 14)
+                .zip(x.par_chunks(1 << 14).zip(dy.par_chunks(1 << 14)))
+                .for_each(|(dc, (xc, gc))| {
+                    fastmath::wide(
+                        #[inline(always)]
+                        || {
+                            for ((d, &x), &g) in dc.iter_mut().zip(xc).zip(gc) {
+                                let u = GELU_C * (x + GELU_A * x * x * x);
+                                let th = fastmath::tanh(u);
+                                let du = GELU_C * (1.0 + 3.0 * GELU_A * x * x);
+                                d.write(g * (0.5 * (1.0 + th) + 0.5 * x * (1.0 - th * th) * du));
+                            }
+                        },
+                    )
+                })
+        });
         Ok((CpuStorage::F32(dx), l.shape().clone()))
     }
 }
@@ -724,11 +831,14 @@ impl CustomOp3 for Linear {
         let b = f32s(bs, bl, self.name())?;
         let (k, n) = wl.shape().dims2()?;
         let m = x.len() / k;
-        let mut y = vec![0f32; m * n];
-        y.par_chunks_mut(n * ROWS).for_each(|c| {
-            for row in c.chunks_mut(n) {
-                row.copy_from_slice(b);
-            }
+        let mut y = written(m * n, |y| {
+            y.par_chunks_mut(n * ROWS).for_each(|c| {
+                for row in c.chunks_mut(n) {
+                    for (d, &s) in row.iter_mut().zip(b) {
+                        d.write(s);
+                    }
+                }
+            })
         });
         sgemm(m, n, k, &mut y, true, x, k, 1, w, n, 1, true);
         let mut dims = xl.shape().dims().to_vec();
@@ -773,11 +883,6 @@ impl CustomOp3 for LinearBwd {
         let dy = f32s(ds, dl, self.name())?;
         let (k, n) = wl.shape().dims2()?;
         let m = x.len() / k;
-        let mut out = vec![0f32; m * k + k * n + n];
-        let (dx, rest) = out.split_at_mut(m * k);
-        let (dw, db) = rest.split_at_mut(k * n);
-        sgemm(m, k, n, dx, false, dy, n, 1, w, 1, n, true);
-        sgemm(k, n, m, dw, false, x, 1, k, dy, n, 1, true);
         let partials: Vec<Vec<f32>> = dy
             .par_chunks(n * ROWS)
             .map(|c| {
@@ -790,11 +895,21 @@ impl CustomOp3 for LinearBwd {
                 acc
             })
             .collect();
+        let mut sums = vec![0f32; n];
         for p in partials {
-            for (a, v) in db.iter_mut().zip(p) {
+            for (a, v) in sums.iter_mut().zip(p) {
                 *a += v;
             }
         }
+        let out = written(m * k + k * n + n, |out| {
+            let (dx, rest) = out.split_at_mut(m * k);
+            let (dw, db) = rest.split_at_mut(k * n);
+            sgemm_into(m, k, n, dx, dy, n, 1, w, 1, n, true);
+            sgemm_into(k, n, m, dw, x, 1, k, dy, n, 1, true);
+            for (d, s) in db.iter_mut().zip(sums) {
+                d.write(s);
+            }
+        });
         Ok((CpuStorage::F32(out), Shape::from(m * k + k * n + n)))
     }
 }
@@ -818,12 +933,20 @@ struct HeadCrossEntropy {
     probs: std::sync::Mutex<Vec<f32>>,
 }
 
-/// Logits of rows `x` into `out`, then each row turned into its softmax in place; returns the
-/// summed loss. Rows run in parallel; one exp per logit.
-fn head_softmax(x: &[f32], w: &[f32], e: usize, v: usize, tgt: &[u32], out: &mut [f32]) -> f64 {
-    let rows = tgt.len();
-    sgemm(rows, v, e, out, false, x, e, 1, w, 1, e, true);
-    let losses: Vec<f64> = out[..rows * v]
+/// The logits of rows `x` (n×E), a gemm per `HEAD_CHUNK` rows.
+fn head_logits(x: &[f32], w: &[f32], e: usize, v: usize) -> Vec<f32> {
+    let n = x.len() / e.max(1);
+    written(n * v, |out| {
+        for (xc, oc) in x.chunks(HEAD_CHUNK * e).zip(out.chunks_mut(HEAD_CHUNK * v)) {
+            sgemm_into(xc.len() / e, v, e, oc, xc, e, 1, w, 1, e, true);
+        }
+    })
+}
+
+/// Each row of logits turned into its softmax in place; returns the summed loss of each
+/// `HEAD_CHUNK` rows. Rows run in parallel; one exp per logit.
+fn head_softmax(logits: &mut [f32], v: usize, tgt: &[u32]) -> Vec<f64> {
+    let losses: Vec<f64> = logits
         .par_chunks_mut(v)
         .zip(tgt.par_iter())
         .map(|(row, &t)| {
@@ -837,7 +960,7 @@ fn head_softmax(x: &[f32], w: &[f32], e: usize, v: usize, tgt: &[u32], out: &mut
             )
         })
         .collect();
-    losses.iter().sum()
+    losses.chunks(HEAD_CHUNK).map(|c| c.iter().sum()).collect()
 }
 
 impl CustomOp3 for HeadCrossEntropy {
@@ -860,20 +983,17 @@ impl CustomOp3 for HeadCrossEntropy {
         let tgt = u32s(ts, tl, self.name())?;
         let (v, e) = wl.shape().dims2()?;
         let n = tgt.len();
-        let mut probs = vec![0f32; n * v];
-        let mut loss = 0f64;
-        for (c, tc) in tgt.chunks(HEAD_CHUNK).enumerate() {
-            let rows = tc.len();
-            let xc = &x[c * HEAD_CHUNK * e..][..rows * e];
-            loss += head_softmax(
-                xc,
-                w,
-                e,
-                v,
-                tc,
-                &mut probs[c * HEAD_CHUNK * v..][..rows * v],
+        if x.len() != n * e {
+            bail!(
+                "{}: {n} targets for {} rows",
+                self.name(),
+                x.len() / e.max(1)
             );
         }
+        let mut probs = head_logits(x, w, e, v);
+        let loss = head_softmax(&mut probs, v, tgt)
+            .into_iter()
+            .fold(0f64, |a, c| a + c);
         *self.probs.lock().expect("head probabilities") = probs;
         Ok((
             CpuStorage::F32(vec![(loss / n.max(1) as f64) as f32]),
@@ -944,11 +1064,12 @@ impl CustomOp3 for HeadCrossEntropyBwd {
                 }
                 row[t as usize] -= g;
             });
-        let mut out = vec![0f32; n * e + v * e];
-        let (dx, dw) = out.split_at_mut(n * e);
         // dx = dlogits · W ; dW = dlogitsᵀ · x
-        sgemm(n, e, v, dx, false, &dl, v, 1, w, e, 1, true);
-        sgemm(v, e, n, dw, false, &dl, 1, v, x, e, 1, true);
+        let out = written(n * e + v * e, |out| {
+            let (dx, dw) = out.split_at_mut(n * e);
+            sgemm_into(n, e, v, dx, &dl, v, 1, w, e, 1, true);
+            sgemm_into(v, e, n, dw, &dl, 1, v, x, e, 1, true);
+        });
         Ok((CpuStorage::F32(out), Shape::from(n * e + v * e)))
     }
 }
