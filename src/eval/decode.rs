@@ -313,6 +313,53 @@ mod tests {
         }
     }
 
+    /// Every (prompt, sample) pair draws from a stream of its own: the K samples of a prompt
+    /// differ, and sample k of one prompt differs from sample k of another. (Packing the pair
+    /// with `&` gives every pair one stream; with `>>`, every prompt below 65,536 the same.)
+    #[test]
+    fn each_prompt_and_sample_has_its_own_stream() {
+        let mut firsts = std::collections::HashSet::new();
+        for id in 0..64u64 {
+            for k in 0..16 {
+                let first = sample_stream(7, id, k).random::<u64>();
+                assert!(
+                    firsts.insert(first),
+                    "prompt {id}, sample {k} repeats a stream"
+                );
+            }
+        }
+    }
+
+    /// Logits of 40 and more (trained models reach them) at T = 0.5 draw as the same logits
+    /// shifted down to 0 do: the softmax subtracts the maximum first. Without it,
+    /// exp((l + max) / T) clamps at e^88.7 and every token is as likely as any other.
+    #[test]
+    fn large_logits_draw_as_their_shift_to_zero() {
+        let logits: Vec<f32> = (0..50).map(|i| 40.0 + (i * 7 % 13) as f32 / 4.0).collect();
+        let d = Decode::Sample {
+            temperature: 0.5,
+            top_k: 0,
+            top_p: 1.0,
+        };
+        let mut r = stream(9, Purpose::Sampling, 0);
+        let mut c = vec![0usize; logits.len()];
+        (0..20_000).for_each(|_| c[choose(&logits, d, &mut r) as usize] += 1);
+        let w: Vec<f64> = logits
+            .iter()
+            .map(|&l| ((l as f64 - 43.0) / 0.5).exp())
+            .collect();
+        let total: f64 = w.iter().sum();
+        let want: Vec<f64> = w.iter().map(|x| x / total).collect();
+        let fit = chi_square_z(&c, &want);
+        assert!(fit < 5.0, "z = {fit:.1} against the softmax at T = 0.5");
+        let uniform = vec![1.0 / logits.len() as f64; logits.len()];
+        let off = chi_square_z(&c, &uniform);
+        assert!(
+            off > 10.0,
+            "z = {off:.1} against every token equally likely"
+        );
+    }
+
     /// Pearson's χ² of counts against probabilities, bins with expected count < 5 pooled, and
     /// its Wilson–Hilferty z score: z > 5 has probability about 3e-7 under the hypothesis.
     fn chi_square_z(counts: &[usize], probs: &[f64]) -> f64 {
