@@ -339,9 +339,7 @@ fn ln_bwd_rows(
             *t += v;
         }
     }
-    for (d, s) in dwb.iter_mut().zip(sums) {
-        d.write(s);
-    }
+    dwb.write_copy_of_slice(&sums);
 }
 
 pub fn layer_norm(x: &Tensor, w: &Tensor, b: &Tensor) -> Result<Tensor> {
@@ -834,9 +832,7 @@ impl CustomOp3 for Linear {
         let mut y = written(m * n, |y| {
             y.par_chunks_mut(n * ROWS).for_each(|c| {
                 for row in c.chunks_mut(n) {
-                    for (d, &s) in row.iter_mut().zip(b) {
-                        d.write(s);
-                    }
+                    row.write_copy_of_slice(b);
                 }
             })
         });
@@ -906,9 +902,7 @@ impl CustomOp3 for LinearBwd {
             let (dw, db) = rest.split_at_mut(k * n);
             sgemm_into(m, k, n, dx, dy, n, 1, w, 1, n, true);
             sgemm_into(k, n, m, dw, x, 1, k, dy, n, 1, true);
-            for (d, s) in db.iter_mut().zip(sums) {
-                d.write(s);
-            }
+            db.write_copy_of_slice(&sums);
         });
         Ok((CpuStorage::F32(out), Shape::from(m * k + k * n + n)))
     }
