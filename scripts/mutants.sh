@@ -16,7 +16,7 @@ tree=$root/tree
 if [ ! -d "$tree" ]; then
   git worktree add --detach "$tree" HEAD -q
 else
-  git -C "$tree" checkout -q -- . && git -C "$tree" checkout -q --detach HEAD
+  git -C "$tree" checkout -q -- . && git -C "$tree" checkout -q --detach "$(git rev-parse HEAD)"
 fi
 # name, the file, the mutant filter (a regex on the mutant's name, empty: all), the test filter.
 # decode.rs: its sampling (the batched decoder around it is held by eval_cli's end-to-end
