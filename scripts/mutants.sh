@@ -7,7 +7,8 @@
 #   scripts/mutants.sh                 # every file below, in order
 #   scripts/mutants.sh score decode    # some of them
 #
-# About 10 s a mutant on 2 quiet cores once the worktree's first build is done (about 10 min).
+# --iterate: a run cut short continues where it stopped (mutants already caught are skipped).
+# ops.rs: the backward kernels and each op's bwd. About 10 s a mutant on 2 quiet cores once the worktree's first build is done (about 10 min).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 command -v cargo-mutants >/dev/null || cargo install cargo-mutants --locked
@@ -26,7 +27,7 @@ runs=(
   "sets|src/eval/sets.rs||sets"
   "score|src/eval/score.rs||score eval_score"
   "decode|src/eval/decode.rs|at_temperature|sample_stream|choose|restrict|decode eval_cli"
-  "ops|src/model/ops.rs|bwd|Bwd|backward|ops parity"
+  "ops|src/model/ops.rs|Bwd>::cpu_fwd|ln_bwd_rows|>::bwd|ops parity"
 )
 want=("$@")
 for r in "${runs[@]}"; do
@@ -40,7 +41,7 @@ for r in "${runs[@]}"; do
   re=()
   [ -n "$filter" ] && re=(--re "$filter")
   # shellcheck disable=SC2086 # the test filter is several words on purpose
-  (cd "$tree" && cargo mutants --in-place --baseline skip --timeout 300 --build-timeout 900 \
+  (cd "$tree" && cargo mutants --in-place --iterate --baseline skip --timeout 300 --build-timeout 900 \
     -f "$file" "${re[@]}" --output "$root/$name" -- --lib --test it -- $tests) \
     > "$root/$name.log" 2>&1 || true
   git -C "$tree" checkout -q -- . && rm -rf "$tree/tests/proptest-regressions"
