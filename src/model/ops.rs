@@ -33,8 +33,16 @@ pub fn with_host_f32<R>(t: &Tensor, f: impl FnOnce(&[f32]) -> R) -> Result<R> {
     }
 }
 
-/// Split a backward op's flat output into one gradient per input, shaped like that input.
+/// Split a backward op's flat output into one gradient per input, shaped like that input. The
+/// output holds exactly those gradients: a shape that says otherwise is a kernel's bug.
 fn unpack(packed: &Tensor, like: &[&Tensor]) -> Result<Vec<Tensor>> {
+    let want: usize = like.iter().map(|t| t.elem_count()).sum();
+    if packed.elem_count() != want {
+        bail!(
+            "a backward's packed gradients hold {} values, not the {want} of its inputs",
+            packed.elem_count()
+        );
+    }
     let mut at = 0;
     like.iter()
         .map(|t| {
