@@ -20,13 +20,13 @@ else
   git -C "$tree" checkout -q -- . && git -C "$tree" checkout -q --detach "$(git rev-parse HEAD)"
 fi
 # name, the file, the mutant filter (a regex on the mutant's name, empty: all), the test filter.
-# decode.rs: its sampling (the batched decoder around it is held by eval_cli's end-to-end
-# tests at about a minute a mutant).
+# decode.rs: its sampling, with its unit tests (the batched decoder around it is held by
+# eval_cli's end-to-end tests, at about a minute a mutant).
 runs=(
   "adamw|src/train/adamw.rs||adamw parity"
   "sets|src/eval/sets.rs||sets"
   "score|src/eval/score.rs||score eval_score"
-  "decode|src/eval/decode.rs|at_temperature|sample_stream|choose|restrict|decode eval_cli"
+  "decode|src/eval/decode.rs|at_temperature|sample_stream|choose|restrict|decode"
   "ops|src/model/ops.rs|Bwd>::cpu_fwd|ln_bwd_rows|>::bwd|ops parity"
 )
 want=("$@")
