@@ -322,6 +322,36 @@ mod tests {
         );
     }
 
+    /// ε adds to the denominator: gradients of 3e-11 to 1.2e-10, far below ε = 1e-8, move each
+    /// (undecayed) weight by lr·g/(|g| + ε) against its gradient on both kernels. With ε
+    /// subtracted, the first step would move every weight the wrong way.
+    #[test]
+    fn epsilon_damps_tiny_gradients_without_turning_them() {
+        for kernels in [Kernels::Fused, Kernels::Composed] {
+            let p = params();
+            let before = values(&p);
+            let mut o = AdamW::new(&p, hyper(f64::INFINITY), kernels).unwrap();
+            let s = 1e-11;
+            o.step(&p, &grads(&p, s), 1e-2).unwrap();
+            // b is a matrix, so it also decays: 0.5·(1 − lr·0.1).
+            let decayed = [1.0, 1.0, 1.0 - 1e-2 * 0.1];
+            for (((x, b), g), d) in values(&p)
+                .iter()
+                .zip(&before)
+                .zip([3.0, 4.0, 12.0])
+                .zip(decayed)
+            {
+                let g = g * s;
+                let want = *b as f64 * d - 1e-2 * g / (g + 1e-8);
+                let moved = *b as f64 * d - *x as f64;
+                assert!(
+                    moved > 0.0 && (*x as f64 - want).abs() < 0.02 * moved,
+                    "{kernels:?}: {b} -> {x}, want {want}"
+                );
+            }
+        }
+    }
+
     /// The composed update (CUDA's) against the fused in-place one, over three steps with decay
     /// on the matrix and clipping on every step; and the moments saved after two steps and
     /// loaded into a fresh optimizer continue to the same third step, while moments of the
