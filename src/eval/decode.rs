@@ -360,6 +360,62 @@ mod tests {
         );
     }
 
+    /// `restrict` keeps exactly the top-k tokens, then exactly the smallest most-likely set of
+    /// them whose mass reaches top-p, as a full sort by (logit desc, id asc) finds them. The
+    /// cases mix random logits (rows of 50 to 400 tokens, k around the sorted block of 64)
+    /// with a row whose heavy tokens all sit after index 256, so that a nucleus read off the
+    /// first tokens without selecting the best of them first reaches the mass with the
+    /// wrong ones.
+    #[test]
+    fn restrict_keeps_exactly_the_top_k_and_the_nucleus() {
+        let mut x = 12_345u64;
+        let mut next = || {
+            x = x
+                .wrapping_mul(6_364_136_223_846_793_005)
+                .wrapping_add(1_442_695_040_888_963_407);
+            (x >> 40) as f32 / (1u64 << 24) as f32
+        };
+        let mut rows: Vec<Vec<f32>> = [50, 130, 300, 400]
+            .iter()
+            .map(|&n| (0..n).map(|_| 6.0 * next()).collect())
+            .collect();
+        rows.push((0..300).map(|i| if i >= 256 { 3.0 } else { 0.0 }).collect());
+        for logits in &rows {
+            let max = fastmath::max(logits);
+            let w0: Vec<f32> = logits.iter().map(|&l| fastmath::exp(l - max)).collect();
+            let mut order: Vec<usize> = (0..logits.len()).collect();
+            order.sort_by(|&a, &b| logits[b].total_cmp(&logits[a]).then(a.cmp(&b)));
+            for top_k in [0, 1, 5, 63, 64, 65, 200] {
+                for top_p in [0.05, 0.1, 0.5, 0.9, 0.99, 1.0] {
+                    let mut kept = order.clone();
+                    if top_k > 0 && top_k < kept.len() {
+                        kept.truncate(top_k);
+                    }
+                    if top_p < 1.0 {
+                        let total: f64 = kept.iter().map(|&i| w0[i] as f64).sum();
+                        let mut acc = 0.0;
+                        if let Some(n) = kept.iter().position(|&i| {
+                            acc += w0[i] as f64 / total;
+                            acc >= top_p
+                        }) {
+                            kept.truncate(n + 1);
+                        }
+                    }
+                    kept.sort_unstable();
+                    let mut w = w0.clone();
+                    restrict(logits, &mut w, top_k, top_p);
+                    let got: Vec<usize> = (0..w.len()).filter(|&i| w[i] > 0.0).collect();
+                    assert_eq!(
+                        got,
+                        kept,
+                        "{} tokens, top-k {top_k}, top-p {top_p}",
+                        logits.len()
+                    );
+                }
+            }
+        }
+    }
+
     /// Pearson's χ² of counts against probabilities, bins with expected count < 5 pooled, and
     /// its Wilson–Hilferty z score: z > 5 has probability about 3e-7 under the hypothesis.
     fn chi_square_z(counts: &[usize], probs: &[f64]) -> f64 {
