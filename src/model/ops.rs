@@ -500,28 +500,31 @@ impl Heads {
 }
 
 /// Softmax in place over keys 0..=t of a row of blocks; the rest of the last block is 0.
+/// Branch-free: the causal cut is a lane select against `t % KB`, and the maximum is a lane
+/// max then a tree over the lanes (the maximum of finite scores is the same in any order).
 #[inline(always)]
 fn softmax_blocks(row: &mut [Block], t: usize) {
-    let n = row.len();
-    row[n - 1][t % KB + 1..].fill(f32::NEG_INFINITY);
-    let mut m = [f32::NEG_INFINITY; KB];
-    for blk in row.iter() {
+    let r = t % KB;
+    let (last, full) = row.split_last_mut().expect("a query sees key 0");
+    let mut m: Block = std::array::from_fn(|l| if l <= r { last[l] } else { f32::NEG_INFINITY });
+    for blk in full.iter() {
         for (m, &v) in m.iter_mut().zip(blk) {
             *m = if v > *m { v } else { *m };
         }
     }
-    let m = m.iter().copied().fold(f32::NEG_INFINITY, f32::max);
-    for blk in row.iter_mut() {
-        for v in blk.iter_mut() {
+    let max = |a: f32, b: f32| if b > a { b } else { a };
+    let m4: [f32; 4] = std::array::from_fn(|l| max(m[l], m[l + 4]));
+    let m = max(max(m4[0], m4[2]), max(m4[1], m4[3]));
+    let mut sum = [0f32; KB];
+    for blk in full.iter_mut() {
+        for (s, v) in sum.iter_mut().zip(blk.iter_mut()) {
             *v = fastmath::exp(*v - m);
+            *s += *v;
         }
     }
-    row[n - 1][t % KB + 1..].fill(0.0);
-    let mut sum = [0f32; KB];
-    for blk in row.iter() {
-        for (s, &v) in sum.iter_mut().zip(blk) {
-            *s += v;
-        }
+    for (l, (s, v)) in sum.iter_mut().zip(last.iter_mut()).enumerate() {
+        *v = if l <= r { fastmath::exp(*v - m) } else { 0.0 };
+        *s += *v;
     }
     let inv = 1.0 / hsum(&sum);
     for blk in row.iter_mut() {
@@ -666,13 +669,11 @@ impl candle_core::CustomOp2 for CausalAttentionBwd {
                         || {
                             let dyb = &dy[start * e..(start + t_len) * e];
                             let nb = hb.nb;
-                            let (mut dkt, mut dvt) =
-                                (vec![[0f32; KB]; hd * nb], vec![[0f32; KB]; hd * nb]);
-                            let (mut dp, mut ds) = (vec![[0f32; KB]; nb], vec![[0f32; KB]; nb]);
+                            // Every query's ds, kept for the keys' sums after the queries.
+                            let (mut dp, mut ds) =
+                                (vec![[0f32; KB]; nb], vec![[0f32; KB]; t_len * nb]);
                             for h in 0..self.n_head {
                                 let (kt, vt) = (hb.rows(&hb.kt, h), hb.rows(&hb.vt, h));
-                                dkt.fill([0.0; KB]);
-                                dvt.fill([0.0; KB]);
                                 for t in 0..t_len {
                                     let (p, n) = (hb.probs(h, t), Heads::blocks(t));
                                     let dyt = &dyb[t * e + h * hd..][..hd];
@@ -687,30 +688,37 @@ impl candle_core::CustomOp2 for CausalAttentionBwd {
                                     }
                                     // ds_j = scale · p_j (dp_j − Σ p dp), 0 after key t with p
                                     let dot = dot_blocks(p, dp);
-                                    let ds = &mut ds[..n];
+                                    let ds = &mut ds[t * nb..][..n];
                                     for b in 0..n {
                                         for l in 0..KB {
                                             ds[b][l] = p[b][l] * (dp[b][l] - dot) * scale;
                                         }
                                     }
-                                    // dq_t = Σ_j ds_j k_j; dk_j += ds_j q_t; dv_j += p_j dy_t
-                                    let q = hb.q(h, t);
+                                    // dq_t = Σ_j ds_j k_j
                                     for i in 0..hd {
                                         dxb[t * e3 + h * hd + i]
                                             .write(dot_blocks(ds, &kt[i * nb..][..n]));
-                                        let (dk, dv) =
-                                            (&mut dkt[i * nb..][..n], &mut dvt[i * nb..][..n]);
-                                        for b in 0..n {
-                                            fma_block(&mut dk[b], q[i], &ds[b]);
-                                            fma_block(&mut dv[b], dyt[i], &p[b]);
-                                        }
                                     }
                                 }
-                                for j in 0..t_len {
+                                // dk_j = Σ_t ds_tj q_t and dv_j = Σ_t p_tj dy_t over the
+                                // queries t that see key block b (t ≥ b·KB), in t order, each
+                                // block summed in registers and written once.
+                                for b in 0..nb {
+                                    let keys = (b * KB..t_len.min((b + 1) * KB)).enumerate();
                                     for i in 0..hd {
-                                        let (dk, dv) = (dkt[i * nb + j / KB], dvt[i * nb + j / KB]);
-                                        dxb[j * e3 + e + h * hd + i].write(dk[j % KB]);
-                                        dxb[j * e3 + 2 * e + h * hd + i].write(dv[j % KB]);
+                                        let (mut dk, mut dv) = ([0f32; KB], [0f32; KB]);
+                                        for t in b * KB..t_len {
+                                            fma_block(&mut dk, hb.q(h, t)[i], &ds[t * nb + b]);
+                                            fma_block(
+                                                &mut dv,
+                                                dyb[t * e + h * hd + i],
+                                                &hb.probs(h, t)[b],
+                                            );
+                                        }
+                                        for (l, j) in keys.clone() {
+                                            dxb[j * e3 + e + h * hd + i].write(dk[l]);
+                                            dxb[j * e3 + 2 * e + h * hd + i].write(dv[l]);
+                                        }
                                     }
                                 }
                             }
