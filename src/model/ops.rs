@@ -523,7 +523,8 @@ fn softmax_blocks(row: &mut [Block], t: usize) {
         }
     }
     for (l, (s, v)) in sum.iter_mut().zip(last.iter_mut()).enumerate() {
-        *v = if l <= r { fastmath::exp(*v - m) } else { 0.0 };
+        let x = fastmath::exp(*v - m);
+        *v = if l <= r { x } else { 0.0 };
         *s += *v;
     }
     let inv = 1.0 / hsum(&sum);
