@@ -3,9 +3,10 @@
 # the fair depth study's 100k bucket (issue 22: lr tuning, the fair baseline, then the
 # one-factor variants: total parameters fixed, L x E fixed, heads swept), the objectives study's
 # 100k bucket (issue 24: NTP against teacherless first, then both hash-conditioned, at the
-# fair baseline's selected lrs), then the fair study's 1M tuning and baseline (about 10x a 100k
-# run each, so late: a study cut short still has every 100k verdict), and last the objectives
-# study's 1M bucket at its best depth (it needs the 1M tuning's lr for L = 1). Each stage is
+# fair baseline's selected lrs), then the fair study's 1M tuning and baseline (3-5x the
+# tokens/s cost of a 100k run by the study-shapes bench, so late: a study cut short still has
+# every 100k verdict), and last the objectives study's 1M bucket at its best depth (it needs
+# the 1M tuning's lr for L = 1). Each stage is
 # scripts/study.sh, which commits every run as it lands and skips runs already exported, so
 # this one command continues the studies from wherever they stopped, on any clone:
 #
