@@ -745,8 +745,18 @@ pub fn causal_attention(qkv: &Tensor, lens: &[usize], n_head: usize) -> Result<T
 const GELU_C: f32 = 0.797_884_6; // √(2/π)
 const GELU_A: f32 = 0.044_715;
 
-/// GELU with the tanh approximation (HF `gelu_new`).
-struct Gelu;
+/// tanh(√(2/π)(x + 0.044715x³)), the inner term of both GELU passes.
+#[inline(always)]
+fn gelu_tanh(x: f32) -> f32 {
+    fastmath::tanh(GELU_C * (x + GELU_A * x * x * x))
+}
+
+/// GELU with the tanh approximation (HF `gelu_new`). The forward keeps each element's tanh for
+/// the backward, which then computes no tanh of its own.
+#[derive(Default)]
+struct Gelu {
+    tanh: std::sync::Mutex<Vec<f32>>,
+}
 
 impl CustomOp1 for Gelu {
     fn name(&self) -> &'static str {
@@ -756,30 +766,44 @@ impl CustomOp1 for Gelu {
     fn cpu_fwd(&self, s: &CpuStorage, l: &Layout) -> Result<(CpuStorage, Shape)> {
         let _t = profile::span(self.name());
         let x = f32s(s, l, self.name())?;
+        let mut th = Vec::new();
         let y = written(x.len(), |y| {
-            y.par_chunks_mut(1 << 14)
-                .zip(x.par_chunks(1 << 14))
-                .for_each(|(yc, xc)| {
-                    fastmath::wide(
-                        #[inline(always)]
-                        || {
-                            for (y, &x) in yc.iter_mut().zip(xc) {
-                                let u = GELU_C * (x + GELU_A * x * x * x);
-                                y.write(0.5 * x * (1.0 + fastmath::tanh(u)));
-                            }
-                        },
-                    )
-                })
+            th = written(x.len(), |th| {
+                y.par_chunks_mut(1 << 14)
+                    .zip(th.par_chunks_mut(1 << 14).zip(x.par_chunks(1 << 14)))
+                    .for_each(|(yc, (tc, xc))| {
+                        fastmath::wide(
+                            #[inline(always)]
+                            || {
+                                for ((y, t), &x) in yc.iter_mut().zip(tc).zip(xc) {
+                                    let th = gelu_tanh(x);
+                                    t.write(th);
+                                    y.write(0.5 * x * (1.0 + th));
+                                }
+                            },
+                        )
+                    })
+            })
         });
+        *self.tanh.lock().expect("gelu tanh") = th;
         Ok((CpuStorage::F32(y), l.shape().clone()))
     }
 
     fn bwd(&self, x: &Tensor, _y: &Tensor, dy: &Tensor) -> Result<Option<Tensor>> {
-        Ok(Some(x.apply_op2_no_bwd(&dy.contiguous()?, &GeluBwd)?))
+        let tanh = std::mem::take(&mut *self.tanh.lock().expect("gelu tanh"));
+        Ok(Some(x.apply_op2_no_bwd(
+            &dy.contiguous()?,
+            &GeluBwd {
+                tanh: std::sync::Mutex::new(tanh),
+            },
+        )?))
     }
 }
 
-struct GeluBwd;
+/// dx from dy and the forward's tanh (computed again if it is gone: a second backward).
+struct GeluBwd {
+    tanh: std::sync::Mutex<Vec<f32>>,
+}
 
 impl candle_core::CustomOp2 for GeluBwd {
     fn name(&self) -> &'static str {
@@ -796,16 +820,19 @@ impl candle_core::CustomOp2 for GeluBwd {
         let _t = profile::span(self.name());
         let x = f32s(s, l, self.name())?;
         let dy = f32s(ds, dl, self.name())?;
+        let mut tanh = std::mem::take(&mut *self.tanh.lock().expect("gelu tanh"));
+        if tanh.len() != x.len() {
+            tanh = x.iter().map(|&x| gelu_tanh(x)).collect();
+        }
         let dx = written(x.len(), |dx| {
             dx.par_chunks_mut(1 << 14)
                 .zip(x.par_chunks(1 << 14).zip(dy.par_chunks(1 << 14)))
-                .for_each(|(dc, (xc, gc))| {
+                .zip(tanh.par_chunks(1 << 14))
+                .for_each(|((dc, (xc, gc)), tc)| {
                     fastmath::wide(
                         #[inline(always)]
                         || {
-                            for ((d, &x), &g) in dc.iter_mut().zip(xc).zip(gc) {
-                                let u = GELU_C * (x + GELU_A * x * x * x);
-                                let th = fastmath::tanh(u);
+                            for (((d, &x), &g), &th) in dc.iter_mut().zip(xc).zip(gc).zip(tc) {
                                 let du = GELU_C * (1.0 + 3.0 * GELU_A * x * x);
                                 d.write(g * (0.5 * (1.0 + th) + 0.5 * x * (1.0 - th * th) * du));
                             }
@@ -818,7 +845,7 @@ impl candle_core::CustomOp2 for GeluBwd {
 }
 
 pub fn gelu(x: &Tensor) -> Result<Tensor> {
-    x.contiguous()?.apply_op1(Gelu)
+    x.contiguous()?.apply_op1(Gelu::default())
 }
 
 // ---------------------------------------------------------------- linear
@@ -1251,11 +1278,22 @@ mod tests {
     #[test]
     fn a_second_backward_through_attention_gathers_the_heads_again() {
         let lens = [3, 9, 1];
-        let qkv = Var::from_tensor(&values(&[13, 3 * 8], 11)).unwrap();
-        let y = causal_attention(qkv.as_tensor(), &lens, 2).unwrap();
+        second_backward_matches_the_first(&[13, 3 * 8], &|x| causal_attention(x, &lens, 2));
+    }
+
+    #[test]
+    fn a_second_backward_through_gelu_computes_the_tanh_again() {
+        second_backward_matches_the_first(&[7, 12], &|x| gelu(x));
+    }
+
+    /// The saved state of a fused op's forward is taken by its first backward: a second
+    /// backward through the same graph must rebuild it and give the same gradient.
+    fn second_backward_matches_the_first(shape: &[usize], op: &dyn Fn(&Tensor) -> Result<Tensor>) {
+        let x = Var::from_tensor(&values(shape, 11)).unwrap();
+        let y = op(x.as_tensor()).unwrap();
         let loss = (&y * &values(y.dims(), 12)).unwrap().sum_all().unwrap();
         let grad = |g: candle_core::backprop::GradStore| {
-            g.get(&qkv)
+            g.get(&x)
                 .unwrap()
                 .flatten_all()
                 .unwrap()
