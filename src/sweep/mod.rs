@@ -199,20 +199,16 @@ impl Sweep {
                     hash.clone(),
                     (
                         data.vocab().n_tokens(),
-                        tokens,
+                        n,
                         tokens / n.max(1.0),
                         tokens + n - prompts,
                     ),
                 );
             }
-            let (n_tokens, tokens, mean_len, loss_tokens) = stats[&hash];
+            let (n_tokens, n, mean_len, loss_tokens) = stats[&hash];
             let g = GptConfig::new(cfg, n_tokens);
-            // An epoch's FLOPs without the head; batches pad to their longest sequence, about
-            // 1.5 × the mean here.
-            let (epochs, body) = (
-                cfg.train.epochs as f64,
-                tokens * g.flops_per_token((1.5 * mean_len) as usize),
-            );
+            let epochs = cfg.train.epochs as f64;
+            let (body, head) = epoch_flops(&g, &cfg.train, n, mean_len, loss_tokens);
             let path = self.config_path(&p.name);
             write_atomic(&path, cfg.to_toml().as_bytes())?;
             rows.push(PlanRow {
@@ -225,7 +221,7 @@ impl Sweep {
                 total_params: g.total_params(),
                 non_embedding_params: g.non_embedding_params(),
                 est_flops: epochs * body,
-                est_flops_with_head: epochs * (body + loss_tokens * g.head_flops_per_loss_token()),
+                est_flops_with_head: epochs * (body + head),
                 axes: p
                     .axes
                     .iter()
@@ -244,6 +240,29 @@ impl Sweep {
         }
         Ok(rows)
     }
+}
+
+/// One epoch's estimated FLOPs, without and of the head, for `n` examples of `mean_len` input
+/// tokens with `loss_tokens` loss positions in all. Teacherless training adds a copy of the
+/// expected fraction of examples (same length, same loss positions); a hash prefix adds its
+/// tokens to every sequence but no loss. Batches pad to their longest sequence, about 1.5 ×
+/// the mean here.
+fn epoch_flops(
+    g: &GptConfig,
+    t: &crate::config::TrainConfig,
+    n: f64,
+    mean_len: f64,
+    loss_tokens: f64,
+) -> (f64, f64) {
+    let copies = match t.objective {
+        crate::config::Objective::Ntp => 1.0,
+        crate::config::Objective::Teacherless => 1.0 + t.teacherless_fraction,
+    };
+    let len = mean_len + t.hash_prefix as f64;
+    (
+        copies * n * len * g.flops_per_token((1.5 * len) as usize),
+        copies * loss_tokens * g.head_flops_per_loss_token(),
+    )
 }
 
 /// The plan as a table: run, L, E, H, parameters, estimated FLOPs.
@@ -346,5 +365,37 @@ pub fn squeue_jobs() -> Vec<String> {
             .map(|l| l.trim().to_string())
             .collect(),
         _ => Vec::new(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::{Objective, TrainConfig};
+
+    /// Teacherless copies scale both parts by 1 + fraction; a hash prefix lengthens every
+    /// sequence (more body FLOPs per token and more tokens) and leaves the head alone.
+    #[test]
+    fn epoch_flops_count_teacherless_copies_and_hash_prefixes() {
+        let g = GptConfig {
+            vocab_size: 100,
+            n_positions: 64,
+            n_embd: 16,
+            n_layer: 2,
+            n_head: 2,
+        };
+        let (n, len, loss) = (1000.0, 12.0, 5000.0);
+        let mut t = TrainConfig::default();
+        let (body, head) = epoch_flops(&g, &t, n, len, loss);
+        assert_eq!(body, n * len * g.flops_per_token(18));
+        assert_eq!(head, loss * g.head_flops_per_loss_token());
+        t.objective = Objective::Teacherless;
+        t.teacherless_fraction = 0.5;
+        assert_eq!(epoch_flops(&g, &t, n, len, loss), (1.5 * body, 1.5 * head));
+        t.objective = Objective::Ntp;
+        t.hash_prefix = 4;
+        let (hb, hh) = epoch_flops(&g, &t, n, len, loss);
+        assert_eq!(hb, n * 16.0 * g.flops_per_token(24));
+        assert_eq!(hh, head);
     }
 }
