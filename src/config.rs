@@ -208,9 +208,15 @@ pub struct TrainConfig {
     /// The fraction of examples given a teacherless copy (their code: 0.5).
     pub teacherless_fraction: f64,
     /// Hash-conditioning: this many random symbols `#a`…`#9` before every training example,
-    /// fresh per example and epoch; evaluation gives each query (and sample) a fresh prefix.
+    /// drawn per `hash_draw`; evaluation gives each query (and sample) a fresh prefix.
     /// 0 turns it off; their code uses 10.
     pub hash_prefix: u32,
+    /// When a training sequence's hash prefix is drawn: `epoch`, fresh every epoch (the
+    /// default), or `once`, one per sequence for the whole run, so the model can tie a prefix
+    /// to its sequence's answer. Nagarajan et al. read either way (SPEC §7, Decision: when
+    /// training hash prefixes are drawn); evaluation gives every answer a fresh prefix.
+    #[serde(skip_serializing_if = "HashDraw::is_epoch")]
+    pub hash_draw: HashDraw,
     /// Sequences per forward and backward, when fewer than `batch_size` fit in memory: the
     /// batch is split and the gradients summed, weighted by loss tokens, so the optimizer
     /// still steps on `batch_size` sequences (gradient accumulation). Unset: the whole batch.
@@ -249,6 +255,21 @@ impl Precision {
     }
 }
 
+/// When hash prefixes are drawn (`train.hash_draw`).
+#[derive(Clone, Copy, Debug, Default, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "lowercase")]
+pub enum HashDraw {
+    #[default]
+    Epoch,
+    Once,
+}
+
+impl HashDraw {
+    fn is_epoch(&self) -> bool {
+        *self == HashDraw::Epoch
+    }
+}
+
 #[derive(Clone, Copy, Debug, Serialize, Deserialize, PartialEq, Eq)]
 #[serde(rename_all = "lowercase")]
 pub enum Objective {
@@ -275,6 +296,7 @@ impl Default for TrainConfig {
             objective: Objective::Ntp,
             teacherless_fraction: 0.5,
             hash_prefix: 0,
+            hash_draw: HashDraw::Epoch,
             micro_batch: None,
             precision: None,
         }
@@ -725,6 +747,12 @@ impl Config {
             return err(
                 "train.hash_prefix",
                 format!("must be at most 32, got {}", t.hash_prefix),
+            );
+        }
+        if t.hash_draw == HashDraw::Once && t.hash_prefix == 0 {
+            return err(
+                "train.hash_draw",
+                "\"once\" draws hash prefixes, but train.hash_prefix is 0".into(),
             );
         }
         let e = &self.eval;

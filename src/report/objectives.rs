@@ -59,23 +59,29 @@ pub struct Question {
     pub numbers: Value,
 }
 
-/// A run's training setting: the objective and whether it is hash-conditioned.
+/// A run's training setting: the objective, whether it is hash-conditioned, and whether its
+/// training prefixes were drawn once per sequence (`train.hash_draw = "once"`) rather than
+/// every epoch.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
 pub struct Setting {
     pub teacherless: bool,
     pub hash: bool,
+    pub once: bool,
 }
 
 impl Setting {
     pub const NTP: Setting = Setting {
         teacherless: false,
         hash: false,
+        once: false,
     };
 
     pub fn of(r: &Row) -> Setting {
+        let hash = r.num("hash_prefix").is_some_and(|h| h > 0.0);
         Setting {
             teacherless: r.get("objective") == "teacherless",
-            hash: r.num("hash_prefix").is_some_and(|h| h > 0.0),
+            hash,
+            once: hash && r.get("hash_draw") == "once",
         }
     }
 
@@ -85,10 +91,10 @@ impl Setting {
         } else {
             "ntp"
         };
-        if self.hash {
-            format!("{obj} + hash")
-        } else {
-            obj.to_string()
+        match (self.hash, self.once) {
+            (false, _) => obj.to_string(),
+            (true, false) => format!("{obj} + hash"),
+            (true, true) => format!("{obj} + hash once"),
         }
     }
 }
@@ -195,6 +201,7 @@ pub fn questions(rows: &[Row]) -> Vec<Question> {
 const TL: Setting = Setting {
     teacherless: true,
     hash: false,
+    once: false,
 };
 
 /// Q1: teacherless against NTP on greedy C, at equal epochs (each run's last evaluation) and
@@ -253,14 +260,16 @@ fn teacherless_greedy(cells: &Cells) -> Question {
 fn hash_sets(cells: &Cells) -> Question {
     let (mut answers, mut numbers, mut stat) = (Vec::new(), Vec::new(), Vec::new());
     for ((bucket, depth), by) in cells {
-        for teacherless in [false, true] {
+        for (teacherless, once) in [(false, false), (false, true), (true, false), (true, true)] {
             let plain = Setting {
                 teacherless,
                 hash: false,
+                once: false,
             };
             let hashed = Setting {
                 teacherless,
                 hash: true,
+                once,
             };
             let (Some(p), Some(h)) = (by.get(&plain), by.get(&hashed)) else {
                 continue;
@@ -272,13 +281,15 @@ fn hash_sets(cells: &Cells) -> Question {
             }
             answers.push(Answer::all(&[Answer::of(&score), Answer::of(&coverage)]));
             stat.push(format!(
-                "{bucket} L={depth} {}: Δs(S) {}, Δcoverage {}",
+                "{bucket} L={depth} {} against {}: Δs(S) {}, Δcoverage {}",
+                hashed.label(),
                 plain.label(),
                 show(&score),
                 show(&coverage)
             ));
             numbers.push(json!({
                 "bucket": bucket, "n_layer": depth, "objective": plain.label(),
+                "setting": hashed.label(),
                 "plain_set_score": ci_json(&MeanCi::of(&last(p, tags::SET_SCORE))),
                 "hash_set_score": ci_json(&MeanCi::of(&last(h, tags::SET_SCORE))),
                 "plain_coverage": ci_json(&MeanCi::of(&last(p, tags::SET_COVERAGE))),
@@ -419,6 +430,7 @@ fn depth_interaction(cells: &Cells) -> Question {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::collections::BTreeSet;
 
     /// A run's row at one evaluation.
     fn row(run: &str, depth: u64, tl: bool, hash: bool, flops: f64, c: f64) -> Row {
@@ -492,5 +504,54 @@ mod tests {
         assert_eq!(q[3].answer, Answer::Inconclusive, "{}", q[3].statistic);
         let dd = &q[3].numbers[0]["difference_of_differences"]["mean"];
         assert!(dd.as_f64().unwrap().abs() < 1e-9);
+    }
+
+    /// Prefixes drawn once are a setting of their own: question 2 compares each reading with
+    /// the plain model separately, and the labels say which.
+    #[test]
+    fn hash_draws_are_separate_settings() {
+        let mut rows = Vec::new();
+        for seed in 0..3 {
+            let jitter = 0.1 * seed as f64;
+            for (name, hash, once, c) in [
+                ("plain", false, false, 5.0),
+                ("epoch", true, false, 3.0),
+                ("once", true, true, 8.0),
+            ] {
+                let mut r = row(&format!("{name}-{seed}"), 1, false, hash, 1e12, c + jitter);
+                if once {
+                    r.0.insert("hash_draw".into(), "once".into());
+                }
+                rows.push(r);
+            }
+        }
+        let labels: BTreeSet<String> = rows.iter().map(|r| Setting::of(r).label()).collect();
+        assert_eq!(
+            labels,
+            ["ntp", "ntp + hash", "ntp + hash once"]
+                .map(String::from)
+                .into()
+        );
+        let q2 = &questions(&rows)[1];
+        let by: BTreeMap<&str, f64> = q2
+            .numbers
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|n| {
+                (
+                    n["setting"].as_str().unwrap(),
+                    n["set_score_diff"]["mean"].as_f64().unwrap(),
+                )
+            })
+            .collect();
+        assert!((by["ntp + hash"] - -1.0).abs() < 1e-9, "{by:?}");
+        assert!((by["ntp + hash once"] - 1.5).abs() < 1e-9, "{by:?}");
+        assert_eq!(q2.answer, Answer::NotSupported, "{}", q2.statistic);
+        assert!(
+            q2.statistic.contains("ntp + hash once against ntp"),
+            "{}",
+            q2.statistic
+        );
     }
 }

@@ -144,6 +144,10 @@ fn records(sweep: &str, bucket: &str, row: &PlanRow, cfg: &Config) -> Result<Vec
             ),
             ("hash_prefix".into(), cfg.train.hash_prefix.into()),
         ];
+        // Only where it is not the default, so that no other study's table changes.
+        if cfg.train.hash_draw == crate::config::HashDraw::Once {
+            r.push(("hash_draw".into(), "once".into()));
+        }
         for (k, v) in &row.axes {
             r.push((
                 format!("axis:{k}"),

@@ -6,7 +6,7 @@ use candle_core::{Device, Result, Tensor};
 use rand::Rng;
 use rand::seq::SliceRandom;
 
-use crate::config::{Objective, TrainConfig};
+use crate::config::{HashDraw, Objective, TrainConfig};
 use crate::rng::{Purpose, stream};
 use crate::tokenizer::Vocab;
 use crate::train::tokens::Sequences;
@@ -55,8 +55,16 @@ pub fn epoch_parts(
             ..Part::plain(i)
         }));
     }
+    // `once`: part i of the unshuffled list (example i, then the copies in order) gets the
+    // i-th prefix of one stream, the same every epoch.
+    if t.hash_prefix > 0 && t.hash_draw == HashDraw::Once {
+        let mut rng = stream(t.seed, Purpose::HashOnce, 0);
+        for p in parts.iter_mut() {
+            p.prefix = vocab.hash_prefix(&mut rng, t.hash_prefix as usize);
+        }
+    }
     parts.shuffle(&mut stream(t.seed, Purpose::Order, epoch));
-    if t.hash_prefix > 0 {
+    if t.hash_prefix > 0 && t.hash_draw == HashDraw::Epoch {
         let mut rng = stream(t.seed, Purpose::Hash, epoch);
         for p in parts.iter_mut() {
             p.prefix = vocab.hash_prefix(&mut rng, t.hash_prefix as usize);
@@ -247,6 +255,60 @@ mod tests {
             prefixes(&e0),
             prefixes(&epoch_parts(50, &t2, &[], &v, 0)),
             "another seed, other prefixes"
+        );
+    }
+
+    /// `hash_draw = "once"`: each part keeps its prefix across epochs (while the order changes),
+    /// a teacherless copy has its own, and the prefixes differ between parts and from the
+    /// per-epoch draws.
+    #[test]
+    fn hash_prefixes_drawn_once_stay_with_their_part() {
+        let v = Vocab {
+            node_len: 2,
+            n_nodes: 676,
+            n_labels: 26,
+        };
+        let t = TrainConfig {
+            hash_prefix: 10,
+            hash_draw: HashDraw::Once,
+            objective: Objective::Teacherless,
+            ..TrainConfig::default()
+        };
+        let copies = [3, 7, 11];
+        let by_part = |epoch| {
+            let parts = epoch_parts(20, &t, &copies, &v, epoch);
+            let order: Vec<(usize, bool)> = parts.iter().map(|p| (p.seq, p.teacherless)).collect();
+            let map: std::collections::BTreeMap<(usize, bool), Vec<u32>> = parts
+                .into_iter()
+                .map(|p| ((p.seq, p.teacherless), p.prefix))
+                .collect();
+            (order, map)
+        };
+        let ((o0, m0), (o1, m1)) = (by_part(0), by_part(1));
+        assert_eq!(m0.len(), 23, "every example and copy once");
+        assert_eq!(m0, m1, "the same prefix for each part in every epoch");
+        assert_ne!(o0, o1, "while the order is drawn per epoch");
+        let distinct: std::collections::BTreeSet<_> = m0.values().collect();
+        assert_eq!(
+            distinct.len(),
+            23,
+            "every part its own prefix, copies included"
+        );
+        assert_ne!(m0[&(3, false)], m0[&(3, true)]);
+        let fresh = epoch_parts(
+            20,
+            &TrainConfig {
+                hash_draw: HashDraw::Epoch,
+                ..t.clone()
+            },
+            &copies,
+            &v,
+            0,
+        );
+        assert!(
+            fresh
+                .iter()
+                .all(|p| m0[&(p.seq, p.teacherless)] != p.prefix)
         );
     }
 

@@ -184,6 +184,18 @@ const CASES: &[Case] = &[
         needles: &["bad.toml", "model.n_embd", "multiple of model.n_head"],
     },
     Case {
+        name: "hash draw that is not epoch or once",
+        setup: |d| config(d, "[train]\nhash_prefix = 4\nhash_draw = \"sometimes\"\n"),
+        args: &["train", "--config", "bad.toml"],
+        needles: &["bad.toml", "hash_draw", "sometimes"],
+    },
+    Case {
+        name: "hash draw without a hash prefix",
+        setup: |d| config(d, "[train]\nhash_draw = \"once\"\n"),
+        args: &["train", "--config", "bad.toml"],
+        needles: &["bad.toml", "train.hash_draw", "train.hash_prefix is 0"],
+    },
+    Case {
         name: "zero epochs",
         setup: |d| config(d, "[train]\nepochs = 0\n"),
         args: &["train", "--config", "bad.toml"],
