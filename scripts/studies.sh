@@ -3,7 +3,8 @@
 # the fair depth study's 100k bucket (issue 22: lr tuning, the fair baseline, then the
 # one-factor variants: total parameters fixed, L x E fixed, heads swept), the objectives study's
 # 100k bucket (issue 24: NTP against teacherless first, then both hash-conditioned, at the
-# fair baseline's selected lrs), then the fair study's 1M tuning and baseline (3-5x the
+# fair baseline's selected lrs; then NTP with prefixes drawn once per sequence, the other
+# reading of hash-conditioning, 6 runs), then the fair study's 1M tuning and baseline (3-5x the
 # tokens/s cost of a 100k run by the study-shapes bench, so late: a study cut short still has
 # every 100k verdict), and last the objectives study's 1M bucket at its best depth (it needs
 # the 1M tuning's lr for L = 1). Each stage is
@@ -20,7 +21,8 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 export STUDY_JOBS=${STUDY_JOBS:-2}
 stages=(fair-cpu-tune-100k fair-cpu-seeds-100k fair-cpu-total-100k fair-cpu-lxe-100k
-  fair-cpu-heads-100k objectives-100k objectives-100k-hash fair-cpu-tune-1m fair-cpu-seeds-1m
+  fair-cpu-heads-100k objectives-100k objectives-100k-hash objectives-100k-hash-once
+  fair-cpu-tune-1m fair-cpu-seeds-1m
   objectives-1m objectives-1m-hash)
 from=${STUDIES_FROM:-${stages[0]}}
 started=0
