@@ -3,15 +3,17 @@
 # answers' valid rate, distinct valid paths per query, repeats per query (answers whose text an
 # earlier answer of the query already gave) and set score; the plain runs' chosen temperatures.
 # Descriptive, no test.  Run: python3 scripts/objectives-sets-table.py
-import collections, glob, json, re, statistics as st
+import collections, glob, json, os, re, statistics as st
 cells = collections.defaultdict(list)
 for d in sorted(glob.glob('results/objectives-cpu/runs/objectives-100k*')):
-    m = re.search(r'objectives-100k(-hash)?-L(\d+)-E\d+-H\d+-objective(\w+?)-seed', d)
+    m = re.search(r'objectives-100k(-hash(?:-once)?)?-L(\d+)-E\d+-H\d+-(?:objective(\w+?)-)?seed', d)
+    if not os.path.exists(f'{d}/eval/epoch-16.samples.summary.json'):
+        continue  # a run still training
     s = json.load(open(f'{d}/eval/epoch-16.samples.summary.json'))
     metrics = [json.loads(l) for l in open(f'{d}/metrics.jsonl')]
     temp = next((r['eval/set/temperature'] for r in reversed(metrics)
                  if 'eval/set/temperature' in r), None)
-    setting = m[3] + (' + hash' if m[1] else '')
+    setting = (m[3] or 'ntp') + {None: '', '-hash': ' + hash', '-hash-once': ' + hash once'}[m[1]]
     cells[(int(m[2]), setting)].append((s['valid_rate'], s['set']['distinct_valid'],
                                         s['set']['repeats'], s['set']['score'], temp))
 print('| L | setting | runs | valid rate | distinct valid / query | repeats / query | s(S) | temperatures |')
