@@ -55,20 +55,21 @@ pub fn epoch_parts(
             ..Part::plain(i)
         }));
     }
+    // Each part's prefix, in list order, from `purpose`'s stream for `item`.
+    let draw = |parts: &mut [Part], purpose, item| {
+        let mut rng = stream(t.seed, purpose, item);
+        for p in parts.iter_mut() {
+            p.prefix = vocab.hash_prefix(&mut rng, t.hash_prefix as usize);
+        }
+    };
     // `once`: part i of the unshuffled list (example i, then the copies in order) gets the
     // i-th prefix of one stream, the same every epoch.
     if t.hash_prefix > 0 && t.hash_draw == HashDraw::Once {
-        let mut rng = stream(t.seed, Purpose::HashOnce, 0);
-        for p in parts.iter_mut() {
-            p.prefix = vocab.hash_prefix(&mut rng, t.hash_prefix as usize);
-        }
+        draw(&mut parts, Purpose::HashOnce, 0);
     }
     parts.shuffle(&mut stream(t.seed, Purpose::Order, epoch));
     if t.hash_prefix > 0 && t.hash_draw == HashDraw::Epoch {
-        let mut rng = stream(t.seed, Purpose::Hash, epoch);
-        for p in parts.iter_mut() {
-            p.prefix = vocab.hash_prefix(&mut rng, t.hash_prefix as usize);
-        }
+        draw(&mut parts, Purpose::Hash, epoch);
     }
     parts
 }
@@ -137,13 +138,18 @@ mod tests {
     use super::*;
     use crate::tokenizer::{PAD, Vocab};
 
-    #[test]
-    fn packing_and_loss_mask() {
-        let v = Vocab {
+    /// The 676-node tiny world's vocabulary.
+    fn tiny_vocab() -> Vocab {
+        Vocab {
             node_len: 2,
             n_nodes: 676,
             n_labels: 26,
-        };
+        }
+    }
+
+    #[test]
+    fn packing_and_loss_mask() {
+        let v = tiny_vocab();
         let lines = vec![
             "AA QR [ c ] [ ] : AA c QR <eos>".to_string(),
             "AB AC [ ] [ ] : AB a AD b AC <eos>".to_string(),
@@ -173,11 +179,7 @@ mod tests {
 
     #[test]
     fn teacherless_layout_and_masking() {
-        let v = Vocab {
-            node_len: 2,
-            n_nodes: 676,
-            n_labels: 26,
-        };
+        let v = tiny_vocab();
         let s = Sequences::from_lines(&v, &["AA QR [ c ] [ ] : AA c KL b QR <eos>".to_string()])
             .unwrap();
         let d = v.dummy_id();
@@ -210,11 +212,7 @@ mod tests {
 
     #[test]
     fn hash_prefixes_are_fresh_per_example_and_epoch_and_reproducible() {
-        let v = Vocab {
-            node_len: 2,
-            n_nodes: 676,
-            n_labels: 26,
-        };
+        let v = tiny_vocab();
         let t = TrainConfig {
             hash_prefix: 10,
             ..TrainConfig::default()
@@ -263,11 +261,7 @@ mod tests {
     /// per-epoch draws.
     #[test]
     fn hash_prefixes_drawn_once_stay_with_their_part() {
-        let v = Vocab {
-            node_len: 2,
-            n_nodes: 676,
-            n_labels: 26,
-        };
+        let v = tiny_vocab();
         let t = TrainConfig {
             hash_prefix: 10,
             hash_draw: HashDraw::Once,
@@ -314,11 +308,7 @@ mod tests {
 
     #[test]
     fn orders_are_reproducible_permutations() {
-        let v = Vocab {
-            node_len: 2,
-            n_nodes: 676,
-            n_labels: 26,
-        };
+        let v = tiny_vocab();
         let t = TrainConfig::default();
         let seqs = |e| {
             epoch_parts(100, &t, &[], &v, e)
