@@ -31,7 +31,8 @@ if [ ! -x "$kit/bin/nvcc" ]; then
 fi
 
 # Stubs: one empty function per symbol cudarc declares, with the real library's soname.
-cudarc=$(ls -d "${CARGO_HOME:-$HOME/.cargo}"/registry/src/*/cudarc-0.19.* 2>/dev/null | sort | tail -1)
+# (ls fails on a fresh machine, where cudarc is not fetched yet: not an error under pipefail.)
+cudarc=$(ls -d "${CARGO_HOME:-$HOME/.cargo}"/registry/src/*/cudarc-0.19.* 2>/dev/null | sort | tail -1 || true)
 if [ -z "$cudarc" ]; then
   cargo fetch --quiet
   cudarc=$(ls -d "${CARGO_HOME:-$HOME/.cargo}"/registry/src/*/cudarc-0.19.* | sort | tail -1)
