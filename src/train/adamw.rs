@@ -187,7 +187,11 @@ impl AdamW {
                         .inplace_op2(&grad.contiguous()?, &InPlace { u, moments: m })?;
                 }
                 Moments::Device(m, v) => {
-                    let g = (grad * clip)?;
+                    // candle leaves a variable's gradient undetached: built from the step's
+                    // activations, it holds their graph, and moments built from it would keep
+                    // every earlier step's graph alive (out of memory at step 21 of 100m-L8 in
+                    // fp32 on an H200). Detached, the moments hold values only.
+                    let g = (grad.detach() * clip)?;
                     *m = ((&*m * hp.beta1)? + (&g * (1.0 - hp.beta1))?)?;
                     *v = ((&*v * hp.beta2)? + (g.sqr()? * (1.0 - hp.beta2))?)?;
                     let p = (var.as_tensor() * (1.0 - lr * u.decay as f64))?;
@@ -349,6 +353,29 @@ mod tests {
                     "{kernels:?}: {b} -> {x}, want {want}"
                 );
             }
+        }
+    }
+
+    /// The composed update keeps no graph across steps. A variable's gradient computed from
+    /// tracked tensors (here a·coef·a) is left tracked by candle, and moments built from it
+    /// held every earlier step's activations: 250 MB a step at 1m-L4 in fp32, out of memory at
+    /// step 21 of 100m-L8 on an H200 (bf16 was spared: its gradients pass through a cast).
+    #[test]
+    fn the_composed_moments_hold_no_graph() {
+        let p = params();
+        let coef = Tensor::new(&[3f32, 4.0], &Device::Cpu).unwrap();
+        let a = p[0].1.as_tensor();
+        let aa = a.mul(&coef).unwrap().mul(a).unwrap().sum_all().unwrap();
+        let b = (p[1].1.as_tensor() * 12.0).unwrap().sum_all().unwrap();
+        let g = (aa + b).unwrap().backward().unwrap();
+        assert!(g.get(a).unwrap().track_op(), "the premise: a tracked gradient");
+        let mut o = AdamW::new(&p, hyper(1.0), Kernels::Composed).unwrap();
+        o.step(&p, &g, 1e-2).unwrap();
+        for s in &o.slots {
+            let Moments::Device(m, v) = &s.moments else {
+                panic!("{}: composed moments live on the device", s.name)
+            };
+            assert!(!m.track_op() && !v.track_op(), "{} holds a graph", s.name);
         }
     }
 
