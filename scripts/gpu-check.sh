@@ -26,13 +26,15 @@
 #      and every tensor's update after the last (relative L2, 0.1 on CUDA, 1e-2 in the dry run;
 #      scripts/compare_updates.py). In the dry run the "device" side runs the composed kernels
 #      that CUDA runs (--kernels composed) and the CPU side the fused ones;
-#   4. 200 steps of 10m-L6 and of 100m-L8 in bf16: tokens/s, MFU, peak device memory;
+#   4. 200 steps of 10m-L6 and of 100m-L8 in bf16, and of 100m-L8 in fp32: tokens/s, MFU, peak
+#      device memory;
 #   5. a checkpoint written on the device resumes on the CPU: the next step's loss on the CPU
 #      equals the device's (fp32, 2e-3 relative);
 #   6. greedy decoding of the paper eval set with the 100m-L8 model of step 4: seconds and
 #      generated tokens/s;
 #   7. small runs packed on one GPU: K = 1, 4 and 8 concurrent runs (1 and 2 in the dry run) of
-#      the 1m-L4 and 10m-L6 configs, their summed tokens/s: the GPU study's cost table.
+#      the 1m-L4 and 10m-L6 configs, their summed tokens/s: the GPU study's cost table; on CUDA,
+#      1m-L4 again under an MPS daemon (nvidia-cuda-mps-control) where the machine has one.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 root=$(pwd)
@@ -249,9 +251,13 @@ mem_watch() { # poll the device's used memory (MiB) into $1 until killed
     nvidia-smi --query-gpu=memory.used --format=csv,noheader,nounits -lms 200 >"$1" 2>/dev/null
   fi
 }
-for size in small big; do
+# The big model in fp32 too: the composed optimizer once kept every step's graph alive in fp32
+# (out of memory at step 21 of 100m-L8), which 5 steps of the small model did not show.
+for run in small:bf16 big:bf16 big:fp32; do
+  size=${run%:*} prec=${run#*:}
   if [ $size = small ]; then cfg=$small; else cfg=$big; fi
   name=s4-$size
+  [ $prec = bf16 ] || name=$name-$prec
   mem_watch "$out/$name.mem" &
   watch=$!
   if /usr/bin/time -f '%M' -o "$out/$name.rss" true 2>/dev/null; then
@@ -260,7 +266,7 @@ for size in small big; do
     timed=()
   fi
   if timeout "$(limit 150)" "${timed[@]}" "$lab" train --config "$cfg" --device $dev \
-    --out "$out/$name" "${shape[@]}" --max-steps "$steps" --set train.precision=bf16 \
+    --out "$out/$name" "${shape[@]}" --max-steps "$steps" --set train.precision=$prec \
     --set train.log_every=10 >"$out/$name.log" 2>&1; then
     kill $watch 2>/dev/null
     tps=$(grep 'throughput:' "$out/$name.log" | num 'throughput:')
@@ -274,11 +280,11 @@ print(f'{100 * v[-1]:.1f}%' if v else 'n/a')" "$out/$name")
     else
       mem="$(cat "$out/$name.rss" 2>/dev/null || echo '?') KiB peak RSS"
     fi
-    row "4 $steps steps $(basename "$cfg" .toml), bf16" ok "$tps tokens/s, MFU $mfu, $mem"
+    row "4 $steps steps $(basename "$cfg" .toml), $prec" ok "$tps tokens/s, MFU $mfu, $mem"
   else
     kill $watch 2>/dev/null
     fail 4 "$out/$name.log"
-    row "4 $steps steps $(basename "$cfg" .toml), bf16" FAILED "see the error above"
+    row "4 $steps steps $(basename "$cfg" .toml), $prec" FAILED "see the error above"
   fi
 done
 
@@ -306,33 +312,49 @@ else
 fi
 
 # 7. Small runs packed on one device: K at once, their tokens/s summed (each run's own rate,
-# from the end of its first step to its last), and the wall time of the K together.
-for cfg in "${packs[@]}"; do
+# from the end of its first step to its last), and the wall time of the K together. Without
+# MPS a GPU time-slices the K processes' contexts; under MPS their kernels share the GPU, so
+# on CUDA the first config is packed again under an MPS daemon of its own, where there is one.
+pack() { # CONFIG K [LABEL]
+  local cfg=$1 k=$2 label=${3:-} c t0 secs pids ok p wall total
   c=$(basename "$cfg" .toml)
-  # The data once, before K trainers would race to build it.
-  "$lab" data --config "$cfg" >"$out/s7-$c-data.log" 2>&1
-  for k in "${ks[@]}"; do
-    t0=$(date +%s.%N)
-    secs=$(limit 90)
-    pids=()
-    for i in $(seq 1 "$k"); do
-      timeout "$secs" "$lab" train --config "$cfg" --device $dev --out "$out/s7-$c-k$k-$i" \
-        "${shape[@]}" --max-steps "$pack_steps" --set train.log_every=10 \
-        >"$out/s7-$c-k$k-$i.log" 2>&1 &
-      pids+=($!)
-    done
-    ok=1
-    for p in "${pids[@]}"; do wait "$p" || ok=0; done
-    wall=$(python3 -c "import sys, time; print(f'{time.time() - float(sys.argv[1]):.1f}')" "$t0")
-    if [ $ok = 1 ]; then
-      total=$(cat "$out"/s7-$c-k$k-*.log | grep 'throughput:' | num 'throughput:' |
-        python3 -c "import sys; print(f'{sum(float(x) for x in sys.stdin):.0f}')")
-      row "7 $k × $c at once, $pack_steps steps" ok "$total tokens/s in all, $wall s wall"
-    else
-      fail 7 "$(ls -t "$out"/s7-$c-k$k-*.log | head -n 1)"
-      row "7 $k × $c at once" FAILED "see the error above"
-    fi
+  t0=$(date +%s.%N)
+  secs=$(limit 90)
+  pids=()
+  for i in $(seq 1 "$k"); do
+    timeout "$secs" "$lab" train --config "$cfg" --device $dev --out "$out/s7-$c-k$k$label-$i" \
+      "${shape[@]}" --max-steps "$pack_steps" --set train.log_every=10 \
+      >"$out/s7-$c-k$k$label-$i.log" 2>&1 &
+    pids+=($!)
   done
+  ok=1
+  for p in "${pids[@]}"; do wait "$p" || ok=0; done
+  wall=$(python3 -c "import sys, time; print(f'{time.time() - float(sys.argv[1]):.1f}')" "$t0")
+  if [ $ok = 1 ]; then
+    total=$(cat "$out"/s7-$c-k$k$label-*.log | grep 'throughput:' | num 'throughput:' |
+      python3 -c "import sys; print(f'{sum(float(x) for x in sys.stdin):.0f}')")
+    row "7 $k × $c at once${label:+, $label}, $pack_steps steps" ok "$total tokens/s in all, $wall s wall"
+  else
+    fail 7 "$(ls -t "$out"/s7-$c-k$k$label-*.log | head -n 1)"
+    row "7 $k × $c at once${label:+, $label}" FAILED "see the error above"
+  fi
+}
+for cfg in "${packs[@]}"; do
+  # The data once, before K trainers would race to build it.
+  "$lab" data --config "$cfg" >"$out/s7-$(basename "$cfg" .toml)-data.log" 2>&1
+  for k in "${ks[@]}"; do pack "$cfg" "$k"; done
 done
+if [ $dev = cuda ] && command -v nvidia-cuda-mps-control >/dev/null 2>&1; then
+  export CUDA_MPS_PIPE_DIRECTORY=$out/mps CUDA_MPS_LOG_DIRECTORY=$out/mps-log
+  mkdir -p "$CUDA_MPS_PIPE_DIRECTORY" "$CUDA_MPS_LOG_DIRECTORY"
+  if nvidia-cuda-mps-control -d >"$out/mps.log" 2>&1; then
+    for k in "${ks[@]}"; do pack "${packs[0]}" "$k" mps; done
+    echo quit | nvidia-cuda-mps-control >>"$out/mps.log" 2>&1
+  else
+    fail 7 "$out/mps.log"
+    row "7 MPS" FAILED "the MPS daemon did not start"
+  fi
+  unset CUDA_MPS_PIPE_DIRECTORY CUDA_MPS_LOG_DIRECTORY
+fi
 
 finish

@@ -35,9 +35,10 @@ fn the_dry_run_passes_every_step() {
         .filter(|l| l.starts_with("| ") && !l.starts_with("| ---"))
         .collect();
     // The header; libraries, binary, two first-step losses, the backward's loss, gradient norm
-    // and updates, two throughputs, resume, decode, and K = 1 and 2 packed runs.
+    // and updates, three throughputs (two bf16, one fp32), resume, decode, and K = 1 and 2
+    // packed runs.
     let steps = [
-        "0", "1", "2", "2", "3", "3", "3", "4", "4", "5", "6", "7", "7",
+        "0", "1", "2", "2", "3", "3", "3", "4", "4", "4", "5", "6", "7", "7",
     ];
     assert_eq!(rows.len(), 1 + steps.len(), "{stdout}");
     for (row, step) in rows[1..].iter().zip(steps) {
@@ -50,6 +51,7 @@ fn the_dry_run_passes_every_step() {
         "3 backward, train/grad_norm, 5 steps",
         "worst update",
         "tokens/s, MFU",
+        "| 4 20 steps tiny, fp32 | ok |",
         "generated tokens/s",
         "| 7 2 × tiny at once",
     ] {
@@ -89,8 +91,9 @@ fn failing_steps_are_reported_counted_and_passed_over() {
     assert_eq!(code, 1, "{stdout}\n{stderr}");
     assert!(stdout.contains("| 1 binary | FAILED |"), "{stdout}");
     assert!(stderr.contains("step 1 FAILED"), "{stderr}");
-    // A binary that cannot train in bf16: steps 2 (bf16) and 4 fail with their errors, then
-    // steps 3, 5 and 7 still run and pass, and step 6 fails for want of step 4's model.
+    // A binary that cannot train in bf16: steps 2 (bf16) and 4's bf16 runs fail with their
+    // errors, then 4's fp32 run and steps 3, 5 and 7 still run and pass, and step 6 fails for
+    // want of step 4's bf16 model.
     let tmp = tempfile::tempdir().unwrap();
     let fake = tmp.path().join("lab");
     std::fs::write(
@@ -110,6 +113,7 @@ fn failing_steps_are_reported_counted_and_passed_over() {
         ("| 2 first-step loss, fp32 |", "ok"),
         ("| 2 first-step loss, bf16 |", "FAILED"),
         ("| 3 backward, updates after 5 steps |", "ok"),
+        ("| 4 20 steps tiny, fp32 |", "ok"),
         ("| 5 cpu checkpoint resumed on cpu |", "ok"),
         ("| 6 greedy decode", "FAILED"),
         ("| 7 2 × tiny at once", "ok"),
