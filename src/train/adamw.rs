@@ -368,7 +368,10 @@ mod tests {
         let aa = a.mul(&coef).unwrap().mul(a).unwrap().sum_all().unwrap();
         let b = (p[1].1.as_tensor() * 12.0).unwrap().sum_all().unwrap();
         let g = (aa + b).unwrap().backward().unwrap();
-        assert!(g.get(a).unwrap().track_op(), "the premise: a tracked gradient");
+        assert!(
+            g.get(a).unwrap().track_op(),
+            "the premise: a tracked gradient"
+        );
         let mut o = AdamW::new(&p, hyper(1.0), Kernels::Composed).unwrap();
         o.step(&p, &g, 1e-2).unwrap();
         for s in &o.slots {
