@@ -31,11 +31,13 @@ if [ ! -x "$kit/bin/nvcc" ]; then
 fi
 
 # Stubs: one empty function per symbol cudarc declares, with the real library's soname.
-# (ls fails on a fresh machine, where cudarc is not fetched yet: not an error under pipefail.)
-cudarc=$(ls -d "${CARGO_HOME:-$HOME/.cargo}"/registry/src/*/cudarc-0.19.* 2>/dev/null | sort | tail -1 || true)
+# cudarc's sources in the registry, fetched first on a fresh machine (where ls finds nothing,
+# which is not an error under pipefail).
+cudarc_src() { ls -d "${CARGO_HOME:-$HOME/.cargo}"/registry/src/*/cudarc-0.19.* 2>/dev/null | sort | tail -1; }
+cudarc=$(cudarc_src || true)
 if [ -z "$cudarc" ]; then
   cargo fetch --quiet
-  cudarc=$(ls -d "${CARGO_HOME:-$HOME/.cargo}"/registry/src/*/cudarc-0.19.* | sort | tail -1)
+  cudarc=$(cudarc_src) || { echo "build-cuda: cudarc 0.19 is not in the registry after cargo fetch" >&2; exit 1; }
 fi
 stub() { # name soname source-dir prefix-regex
   local out="$kit/lib64/stubs/lib$1.so"
