@@ -7,7 +7,7 @@ use anyhow::Result;
 use clap::{Parser, Subcommand};
 
 use crate::config::Config;
-use crate::dataset::{self, DataDir, Outcome};
+use crate::dataset::{self, DataDir, Outcome, evalset::Split};
 use crate::eval::{self, decode::Decode};
 use crate::rundir::Exit;
 use crate::train::run::{self, Ending};
@@ -87,11 +87,15 @@ pub enum Command {
         #[arg(long = "set", value_name = "KEY=VALUE")]
         set: Vec<String>,
     },
-    /// Decode and score the eval set with a checkpoint of a run.
+    /// Decode and score the eval set (or the tuning split) with a checkpoint of a run.
     Eval {
         /// The run directory.
         #[arg(long)]
         run: PathBuf,
+        /// The queries: the eval set, or the tuning split (files named `<checkpoint>.tune*`),
+        /// whose figures can be read without touching the eval queries.
+        #[arg(long, value_enum, default_value = "eval")]
+        split: Split,
         /// The checkpoint at the end of this epoch.
         #[arg(long, conflicts_with = "last")]
         epoch: Option<u64>,
@@ -441,6 +445,7 @@ pub fn run(cli: Cli) -> Result<Exit> {
         }
         Command::Eval {
             run,
+            split,
             epoch,
             last,
             sampling,
@@ -455,7 +460,7 @@ pub fn run(cli: Cli) -> Result<Exit> {
             let settings = sampling.settings(&r.cfg)?;
             print!(
                 "{}",
-                eval::evaluate_run(&r, &settings, &sampling.suffix(&settings))?
+                eval::evaluate_run(&r, &settings, split, &sampling.suffix(&settings))?
             );
             if let Some(table) = crate::model::profile::report() {
                 eprint!("{table}");

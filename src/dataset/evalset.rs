@@ -191,7 +191,7 @@ pub fn nth_bit(mut set: u32, n: u32) -> u32 {
 
 /// A set of queries built by the eval set's recipe: the eval set itself, or the tuning split
 /// (`tune.jsonl`), whose pairs avoid the eval set's and whose draws use streams of their own.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
 pub enum Split {
     Eval,
     Tune,

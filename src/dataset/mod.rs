@@ -356,6 +356,19 @@ impl DataDir {
         }
     }
 
+    /// The queries of `split`; a clear error when the data has no tuning split.
+    pub fn split(&self, split: Split) -> Result<Vec<EvalQuery>> {
+        match split {
+            Split::Eval => self.eval(),
+            Split::Tune => self.tune()?.with_context(|| {
+                format!(
+                    "{}: the data directory has no tuning split (data.tune_base_paths_per_hop = 0)",
+                    self.dir.display()
+                )
+            }),
+        }
+    }
+
     fn queries(&self, file: &str) -> Result<Vec<EvalQuery>> {
         let path = self.dir.join(file);
         let text = std::fs::read_to_string(&path)

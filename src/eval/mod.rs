@@ -16,7 +16,7 @@ use serde_json::{Map, Value};
 
 use crate::config::{Config, SamplesAt};
 use crate::dataset::DataDir;
-use crate::dataset::evalset::EvalQuery;
+use crate::dataset::evalset::{EvalQuery, Split};
 use crate::dataset::example::prompt;
 use crate::fsutil::write_atomic;
 use crate::model::Gpt;
@@ -527,10 +527,15 @@ pub fn report(title: &str, s: &Summary) -> String {
     out
 }
 
-/// `lab eval`: decode and score the eval set with `r`'s model and `s`, write the answers and
-/// summary as `eval/<checkpoint><suffix>.*`, and return the report with the decoding speed.
-pub fn evaluate_run(r: &Run, s: &Settings, suffix: &str) -> Result<String> {
-    let queries = r.data.eval()?;
+/// `lab eval`: decode and score the queries of `split` (the eval set, or the tuning split,
+/// whose files take a `.tune` suffix) with `r`'s model and `s`, write the answers and summary
+/// as `eval/<checkpoint>[.tune]<suffix>.*`, and return the report with the decoding speed.
+pub fn evaluate_run(r: &Run, s: &Settings, split: Split, suffix: &str) -> Result<String> {
+    let queries = r.data.split(split)?;
+    let suffix = match split {
+        Split::Eval => suffix.to_string(),
+        Split::Tune => format!(".tune{suffix}"),
+    };
     let t0 = std::time::Instant::now();
     let results = evaluate(&r.model, &r.data, &queries, s)?;
     let secs = t0.elapsed().as_secs_f64();

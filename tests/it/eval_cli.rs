@@ -271,6 +271,64 @@ fn score_prompts_writes_one_prompt_per_eval_query() {
     );
 }
 
+/// `lab eval --split tune` decodes and scores the tuning split's queries, in files of their own
+/// (the eval set's answers are left as they were); a run whose data has no tuning split gets a
+/// one-line error and exit code 2.
+#[test]
+fn eval_scores_the_tuning_split_in_files_of_its_own() {
+    let tmp = tempfile::tempdir().unwrap();
+    let text = MICRO.replace("[data]\n", "[data]\ntune_base_paths_per_hop = 3\n");
+    let cfg = write_config(tmp.path(), "tune.toml", &text);
+    run_expect(
+        lab(tmp.path())
+            .args(["train", "--device", "cpu", "--config"])
+            .arg(&cfg)
+            .args(["--out", "run"]),
+        0,
+    );
+    let run = tmp.path().join("run");
+    let greedy = std::fs::read(run.join("eval/epoch-02.jsonl")).unwrap();
+    let out = run_expect(
+        lab(tmp.path()).args(["eval", "--run", "run", "--split", "tune", "--device", "cpu"]),
+        0,
+    );
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("epoch-02.tune.jsonl"), "{text}");
+    let data =
+        lab::dataset::DataDir::open(&lab::rundir::read_run_info(&run).unwrap().data_dir).unwrap();
+    let (tune, eval) = (data.tune().unwrap().unwrap(), data.eval().unwrap());
+    let answered: Vec<serde_json::Value> =
+        std::fs::read_to_string(run.join("eval/epoch-02.tune.jsonl"))
+            .unwrap()
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect();
+    assert_eq!(answered.len(), tune.len());
+    assert!(answered.iter().zip(&tune).all(|(a, q)| a["id"] == q.id));
+    assert_ne!(
+        tune.len(),
+        eval.len(),
+        "a split of its own, not the eval set again"
+    );
+    assert_eq!(
+        std::fs::read(run.join("eval/epoch-02.jsonl")).unwrap(),
+        greedy
+    );
+    let summary: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(run.join("eval/epoch-02.tune.summary.json")).unwrap(),
+    )
+    .unwrap();
+    assert!(summary["creativity"].is_f64(), "{summary}");
+
+    let out = run_expect(
+        lab(trained()).args(["eval", "--run", "run", "--split", "tune", "--device", "cpu"]),
+        2,
+    );
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(err.trim_end().lines().count(), 1, "{err}");
+    assert!(err.contains("has no tuning split"), "{err}");
+}
+
 #[test]
 fn eval_without_checkpoint_is_a_clear_error() {
     let tmp = tempfile::tempdir().unwrap();
