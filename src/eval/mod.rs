@@ -365,9 +365,7 @@ fn choose_temperature(
     if grid.is_empty() || !matches!(s.decode, Decode::Sample { .. }) {
         return Ok(None);
     }
-    let tune = data
-        .tune()?
-        .context("eval.temperatures: the data directory has no tuning split")?;
+    let tune = data.split(Split::Tune).context("eval.temperatures")?;
     let mut best: Option<(f64, f64)> = None;
     for &t in grid {
         let at = Settings {
