@@ -12,6 +12,9 @@ pub const VAL_LOSS: &str = "val/loss";
 pub const VAL_LOSS_HASH: &str = "val/loss_hash";
 /// The same loss on the tuning split (`tune.jsonl`): what selection reads, never the eval set.
 pub const TUNE_LOSS: &str = "tune/loss";
+/// Greedy evaluation of the tuning split at every evaluation, its headline figures under
+/// `tune/` (`tune/creativity`…): what a selection on creativity reads, never the eval set's.
+pub const TUNE_CREATIVITY: &str = "tune/creativity";
 
 /// Greedy evaluation of the eval set.
 pub const CREATIVITY: &str = "eval/creativity";
@@ -50,6 +53,11 @@ pub fn set_patience(gamma: &str) -> String {
 /// A set figure of the tuning split's samples at temperature `t`: `tune/set/<figure>/t<t>`.
 pub fn tune_set(figure: &str, t: f64) -> String {
     format!("tune/set/{figure}/t{t}")
+}
+
+/// An eval figure's name for the tuning split: `eval/creativity` → `tune/creativity`.
+pub fn tune(eval_tag: &str) -> String {
+    format!("tune/{}", eval_tag.trim_start_matches("eval/"))
 }
 
 pub fn rollup(category: &str) -> String {

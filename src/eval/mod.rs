@@ -312,9 +312,25 @@ pub fn figures(s: &Summary) -> Vec<(String, f64)> {
     out
 }
 
+/// The headline greedy figures of a summary of the tuning split, under `tune/` names.
+pub fn tune_figures(s: &Summary) -> Vec<(String, f64)> {
+    let headline = [
+        tags::CREATIVITY,
+        tags::UTILITY,
+        tags::NOVELTY_VALID,
+        tags::VALID_RATE,
+    ];
+    figures(s)
+        .into_iter()
+        .filter(|(k, _)| headline.contains(&k.as_str()))
+        .map(|(k, v)| (tags::tune(&k), v))
+        .collect()
+}
+
 /// The evaluation at the end of epoch `epoch` of a run (`last`: the final one): greedy
-/// decoding of the whole eval set, written to `eval/epoch-NN.*`, and the sampled answers where
-/// `eval.samples_at` says; returns the figures to log.
+/// decoding of the whole eval set, written to `eval/epoch-NN.*`, and of the tuning split where
+/// the data has one (`eval/epoch-NN.tune.*`, as `lab eval --split tune` writes it), and the
+/// sampled answers where `eval.samples_at` says; returns the figures to log.
 pub fn epoch(
     cfg: &Config,
     model: &Gpt,
@@ -328,6 +344,16 @@ pub fn epoch(
     let summary = summarise(&results);
     write(&rundir::eval_stem(run_dir, epoch), &results, &summary)?;
     let mut out = figures(&summary);
+    if let Some(tune) = data.tune()? {
+        let results = evaluate(model, data, &tune, &Settings::greedy(cfg))?;
+        let summary = summarise(&results);
+        write(
+            &rundir::eval_stem(run_dir, epoch).with_extension("tune"),
+            &results,
+            &summary,
+        )?;
+        out.extend(tune_figures(&summary));
+    }
     let sampled =
         Settings::sampled(cfg).filter(|_| last || cfg.eval.samples_at == SamplesAt::Every);
     if let Some(mut s) = sampled {

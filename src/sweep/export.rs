@@ -91,7 +91,7 @@ fn thin_metrics(bytes: Vec<u8>, every: u64) -> Result<Vec<u8>> {
 
 /// Copy a finished run's small files from `meta.plan.dir` into `results`, replacing an older
 /// export of it: `config.toml`, `metrics.jsonl` (thinned as `keep` says), every
-/// `eval/epoch-NN.summary.json`, the scored answers `eval/epoch-NN.jsonl.gz` that `keep`
+/// `eval/epoch-NN[.tune].summary.json`, the scored answers `eval/epoch-NN.jsonl.gz` that `keep`
 /// keeps, and the final `trainer_state.json`.
 pub fn export(results: &Path, keep: &Keep, meta: &Meta) -> Result<PathBuf> {
     let src = &meta.plan.dir;
@@ -118,7 +118,9 @@ pub fn export(results: &Path, keep: &Keep, meta: &Meta) -> Result<PathBuf> {
         .with_context(|| format!("{}: cannot read", eval.display()))?
         .filter_map(|e| e.ok().map(|e| e.file_name().to_string_lossy().into_owned()))
         .filter(|n| {
-            n.starts_with("epoch-") && n.ends_with(".jsonl") || n.ends_with(".summary.json")
+            let answers = n.starts_with("epoch-") && n.ends_with(".jsonl");
+            // The tuning split's answers stay behind: only selection reads it, from the summary.
+            answers && !n.contains(".tune.") || n.ends_with(".summary.json")
         })
         .collect();
     names.sort();

@@ -8,13 +8,16 @@ use anyhow::{Context, Result, bail};
 use serde::{Deserialize, Serialize};
 use toml::Value;
 
+use crate::eval::{self, summary::Summary};
+use crate::rundir;
 use crate::sweep::export;
 use crate::sweep::spec::Spec;
+use crate::tags;
 use crate::train::metrics;
 
 /// `[[select]]` in a spec: `key` takes, for each run, the value of the run of `from` (an earlier
 /// sweep's spec, relative to this one) with the same model shape and other axes whose `metric`
-/// at its last evaluation is lowest.
+/// at its last evaluation is lowest (or highest, as `best` says).
 #[derive(Clone, Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct SelectSpec {
@@ -25,16 +28,38 @@ pub struct SelectSpec {
     /// choice per depth, for variants whose widths or heads the tuning sweep did not train).
     #[serde(default)]
     pub ignore: Vec<String>,
+    #[serde(default)]
+    pub best: Best,
+}
+
+/// Which end of the metric wins: the lowest (a loss; the default) or the highest (the tuning
+/// split's creativity, the second reading of "near-optimal conditions").
+#[derive(Clone, Copy, Debug, Default, Deserialize, PartialEq)]
+#[serde(rename_all = "lowercase")]
+pub enum Best {
+    #[default]
+    Lowest,
+    Highest,
+}
+
+impl Best {
+    fn word(self) -> &'static str {
+        match self {
+            Best::Lowest => "lowest",
+            Best::Highest => "highest",
+        }
+    }
 }
 
 /// Metrics that are computed on the eval queries: selecting on them would tune on the test set.
-const EVAL_SET_METRICS: [&str; 5] = ["val/", "eval/", "rollup/", "novelty_", "creativity"];
+const EVAL_SET_METRICS: [&str; 5] = ["val/", "eval/", "rollup/", "novelty_", "creativity_by_hop"];
 
 /// One choice: the setting it was made for, every candidate with its metric, and the winner.
 #[derive(Clone, Debug, Serialize, PartialEq)]
 pub struct Choice {
     pub key: String,
     pub metric: String,
+    pub best: &'static str,
     pub from: String,
     /// The other axes' values (model shape first) that the candidates share with the run.
     pub setting: BTreeMap<String, String>,
@@ -58,10 +83,11 @@ impl Choice {
             .map(|(v, m)| format!("{v}: {m:.4}"))
             .collect();
         format!(
-            "{} for {}: {} (lowest {} of {} in {})",
+            "{} for {}: {} ({} {} of {} in {})",
             self.key,
             setting.join(" "),
             self.chosen,
+            self.best,
             self.metric,
             cands.join(", "),
             self.from
@@ -93,6 +119,34 @@ fn setting(
         .collect()
 }
 
+/// A `tune/` figure that a run's metrics do not log (it was trained before the tuning split's
+/// greedy evaluation was), from the tuning-split summary of its last evaluation that `lab eval
+/// --split tune` wrote there; None when there is none.
+fn tune_summary_figure(
+    dir: &Path,
+    lines: &[serde_json::Map<String, serde_json::Value>],
+    metric: &str,
+) -> Result<Option<f64>> {
+    let last = lines
+        .iter()
+        .rev()
+        .find(|l| l.contains_key(tags::VAL_LOSS))
+        .and_then(|l| l.get("epoch")?.as_u64());
+    let Some(epoch) = last.filter(|_| metric.starts_with("tune/")) else {
+        return Ok(None);
+    };
+    let path = rundir::eval_stem(dir, epoch).with_extension("tune.summary.json");
+    let Ok(text) = std::fs::read_to_string(&path) else {
+        return Ok(None);
+    };
+    let summary: Summary = serde_json::from_str(&text)
+        .with_context(|| format!("{}: not an evaluation summary", path.display()))?;
+    Ok(eval::tune_figures(&summary)
+        .into_iter()
+        .find(|(k, _)| k == metric)
+        .map(|(_, v)| v))
+}
+
 impl Candidates {
     /// Read the candidates of `s` from the exported runs of its `from` sweep; `spec` is the
     /// path of the spec that selects (for errors and the relative path).
@@ -100,7 +154,7 @@ impl Candidates {
         let at = |reason: String| anyhow::anyhow!("{}: select {}: {reason}", spec.display(), s.key);
         if let Some(p) = EVAL_SET_METRICS.iter().find(|p| s.metric.contains(*p)) {
             return Err(at(format!(
-                "metric {:?} is computed on the eval queries ({p}…); select on the tuning split (tune/loss)",
+                "metric {:?} is computed on the eval queries ({p}…); select on the tuning split (tune/loss, tune/creativity)",
                 s.metric
             )));
         }
@@ -125,10 +179,14 @@ impl Candidates {
                 .map(|(_, v)| v.to_string())
                 .ok_or_else(|| at(format!("{} is not an axis of {}", s.key, from.display())))?;
             let lines = metrics::read_lines(dir)?;
-            let metric = lines
+            let logged = lines
                 .iter()
                 .rev()
-                .find_map(|l| l.get(&s.metric).map(|v| v.as_f64().unwrap_or(f64::NAN)))
+                .find_map(|l| l.get(&s.metric).map(|v| v.as_f64().unwrap_or(f64::NAN)));
+            let metric = logged
+                .map(Ok)
+                .or_else(|| tune_summary_figure(dir, &lines, &s.metric).transpose())
+                .transpose()?
                 .ok_or_else(|| {
                     at(format!(
                         "{}: logs no {:?} (a tuning split: data.tune_base_paths_per_hop)",
@@ -162,7 +220,7 @@ impl Candidates {
     }
 
     /// The choice for a run of shape (L, E, H) with the given axes: the candidate with the
-    /// lowest metric among those that share every one of their axes with it (NaN never wins;
+    /// best metric among those that share every one of their axes with it (NaN never wins;
     /// a tie goes to the earlier candidate).
     pub fn choose(&self, shape: [u32; 3], axes: &[(String, Value)]) -> Result<(Value, Choice)> {
         let mine = setting(
@@ -178,7 +236,10 @@ impl Candidates {
         let best = matching
             .iter()
             .filter(|r| !r.2.is_nan())
-            .min_by(|a, b| a.2.total_cmp(&b.2))
+            .min_by(|a, b| match self.spec.best {
+                Best::Lowest => a.2.total_cmp(&b.2),
+                Best::Highest => b.2.total_cmp(&a.2),
+            })
             .ok_or_else(|| {
                 anyhow::anyhow!(
                     "select {}: no run of {} with a finite {} matches {:?}",
@@ -195,6 +256,7 @@ impl Candidates {
         let choice = Choice {
             key: self.spec.key.clone(),
             metric: self.spec.metric.clone(),
+            best: self.spec.best.word(),
             from: self.from_name.clone(),
             setting: best.0.clone(),
             candidates: matching.iter().map(|r| (r.1.clone(), r.2)).collect(),

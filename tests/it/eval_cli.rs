@@ -272,8 +272,8 @@ fn score_prompts_writes_one_prompt_per_eval_query() {
 }
 
 /// `lab eval --split tune` decodes and scores the tuning split's queries, in files of their own
-/// (the eval set's answers are left as they were); a run whose data has no tuning split gets a
-/// one-line error and exit code 2.
+/// (the eval set's answers are left as they were), byte for byte as training's evaluation did;
+/// a run whose data has no tuning split gets a one-line error and exit code 2.
 #[test]
 fn eval_scores_the_tuning_split_in_files_of_its_own() {
     let tmp = tempfile::tempdir().unwrap();
@@ -288,6 +288,20 @@ fn eval_scores_the_tuning_split_in_files_of_its_own() {
     );
     let run = tmp.path().join("run");
     let greedy = std::fs::read(run.join("eval/epoch-02.jsonl")).unwrap();
+    // Training already scored the tuning split at its evaluation; `lab eval --split tune` on
+    // the checkpoint gives the same bytes (selection reads either).
+    let during = [
+        std::fs::read(run.join("eval/epoch-02.tune.jsonl")).unwrap(),
+        std::fs::read(run.join("eval/epoch-02.tune.summary.json")).unwrap(),
+    ];
+    let logged = lab::train::metrics::read_lines(&run)
+        .unwrap()
+        .into_iter()
+        .rev()
+        .find_map(|l| l.get("tune/creativity").and_then(|v| v.as_f64()))
+        .expect("tune/creativity logged at the evaluation");
+    std::fs::remove_file(run.join("eval/epoch-02.tune.jsonl")).unwrap();
+    std::fs::remove_file(run.join("eval/epoch-02.tune.summary.json")).unwrap();
     let out = run_expect(
         lab(tmp.path()).args(["eval", "--run", "run", "--split", "tune", "--device", "cpu"]),
         0,
@@ -318,7 +332,14 @@ fn eval_scores_the_tuning_split_in_files_of_its_own() {
         &std::fs::read_to_string(run.join("eval/epoch-02.tune.summary.json")).unwrap(),
     )
     .unwrap();
-    assert!(summary["creativity"].is_f64(), "{summary}");
+    assert_eq!(summary["creativity"].as_f64(), Some(logged), "{summary}");
+    assert_eq!(
+        [
+            std::fs::read(run.join("eval/epoch-02.tune.jsonl")).unwrap(),
+            std::fs::read(run.join("eval/epoch-02.tune.summary.json")).unwrap(),
+        ],
+        during
+    );
 
     let out = run_expect(
         lab(trained()).args(["eval", "--run", "run", "--split", "tune", "--device", "cpu"]),

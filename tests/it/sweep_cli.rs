@@ -405,6 +405,13 @@ fn bad_sweep_specs() {
             "smaller than every head count",
         ],
     );
+    bad_spec(
+        &format!(
+            "{head}[grid.model]\nn_layer = [1]\n[[select]]\nkey = \"train.lr\"\n\
+             from = \"tune.toml\"\nmetric = \"tune/creativity\"\nbest = \"max\"\n"
+        ),
+        &["bad.toml", "unknown variant `max`", "lowest", "highest"],
+    );
 }
 
 #[test]
@@ -557,7 +564,9 @@ fn sbatch_values_with_control_characters_are_refused() {
 
 /// Two-stage tuning from files: a tuning sweep on the tuning split, then a seeds sweep whose
 /// `[[select]]` takes each depth's lr from the tuning runs as exported, the lowest `tune/loss`
-/// winning; a selection before the tuning runs exist, or on an eval-set metric, is refused.
+/// winning, or the highest `tune/creativity` (logged, or read from the last evaluation's
+/// tuning-split summary); a selection before the tuning runs exist, on an eval-set metric, or
+/// on a figure a run has neither logged nor summarised, is refused.
 #[test]
 fn a_seeds_sweep_selects_each_depths_lr_from_the_tuning_runs() {
     let ws = workspace();
@@ -675,6 +684,95 @@ fn a_seeds_sweep_selects_each_depths_lr_from_the_tuning_runs() {
     )
     .unwrap();
     assert_eq!(sel.as_array().unwrap().len(), 2, "{sel}");
+
+    // The second reading: the highest greedy creativity on the tuning split, which every
+    // evaluation logs (`tune/creativity`) and writes (`eval/epoch-NN.tune.summary.json`).
+    let mut by_c: std::collections::BTreeMap<String, Vec<(f64, String, f64)>> = Default::default();
+    for e in std::fs::read_dir(&runs).unwrap() {
+        let dir = e.unwrap().path();
+        let name = dir.file_name().unwrap().to_string_lossy().to_string();
+        let c = metrics(&dir)
+            .iter()
+            .rev()
+            .find_map(|l| l.get("tune/creativity").and_then(Value::as_f64))
+            .unwrap_or_else(|| panic!("{name}: no tune/creativity"));
+        let summary: Value = serde_json::from_slice(
+            &std::fs::read(dir.join("eval/epoch-01.tune.summary.json")).unwrap(),
+        )
+        .unwrap();
+        assert_eq!(summary["creativity"].as_f64(), Some(c), "{name}");
+        let depth = name.split('-').nth(1).unwrap().to_string();
+        let lr = name.split("-lr").nth(1).unwrap().split('-').next().unwrap();
+        let lr_value: f64 = lr.parse().unwrap();
+        by_c.entry(depth)
+            .or_default()
+            .push((lr_value, lr.to_string(), c));
+    }
+    let by_c: std::collections::BTreeMap<String, String> = by_c
+        .into_iter()
+        .map(|(depth, mut cands)| {
+            // The grid's order (ascending lr); the first of equals wins.
+            cands.sort_by(|a, b| a.0.total_cmp(&b.0));
+            let top = cands.iter().map(|c| c.2).fold(f64::NEG_INFINITY, f64::max);
+            let lr = cands.iter().find(|c| c.2 == top).unwrap().1.clone();
+            (depth, lr)
+        })
+        .collect();
+    let by_creativity = seeds.replace(
+        "metric = \"tune/loss\"",
+        "metric = \"tune/creativity\"\nbest = \"highest\"",
+    );
+    std::fs::write(ws.path().join("sweeps/seeds.toml"), &by_creativity).unwrap();
+    let plan_lines = |ws: &Path| {
+        let out = run_expect(lab(ws).args(["sweep", "plan", "sweeps/seeds.toml"]), 0);
+        String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .filter(|l| l.starts_with("selected "))
+            .map(str::to_string)
+            .collect::<Vec<_>>()
+    };
+    let chosen = plan_lines(ws.path());
+    assert_eq!(chosen.len(), 2, "{chosen:?}");
+    for (depth, lr) in &by_c {
+        let prefix = format!(
+            "selected train.lr for n_embd=32 n_head=2 n_layer={}:",
+            &depth[1..]
+        );
+        let line = chosen.iter().find(|l| l.starts_with(&prefix)).unwrap();
+        assert!(
+            line.contains(&format!(": {lr} (highest tune/creativity")),
+            "{line}"
+        );
+    }
+    // Runs trained before the tuning split's greedy evaluation: the figure comes from the
+    // tuning-split summary that `lab eval --split tune` wrote for the last evaluation.
+    for e in std::fs::read_dir(&runs).unwrap() {
+        let path = e.unwrap().path().join("metrics.jsonl");
+        let text: String = std::fs::read_to_string(&path)
+            .unwrap()
+            .lines()
+            .map(|l| {
+                let mut v: serde_json::Map<String, Value> = serde_json::from_str(l).unwrap();
+                v.retain(|k, _| !k.starts_with("tune/") || k == "tune/loss");
+                Value::Object(v).to_string() + "\n"
+            })
+            .collect();
+        std::fs::write(&path, text).unwrap();
+    }
+    assert_eq!(plan_lines(ws.path()), chosen);
+    let first = std::fs::read_dir(&runs)
+        .unwrap()
+        .next()
+        .unwrap()
+        .unwrap()
+        .path();
+    std::fs::remove_file(first.join("eval/epoch-01.tune.summary.json")).unwrap();
+    let out = run_expect(
+        lab(ws.path()).args(["sweep", "plan", "sweeps/seeds.toml"]),
+        2,
+    );
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("logs no \"tune/creativity\""), "{err}");
 
     let bad = seeds.replace("metric = \"tune/loss\"", "metric = \"val/loss\"");
     std::fs::write(ws.path().join("sweeps/seeds.toml"), bad).unwrap();
