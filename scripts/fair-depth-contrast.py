@@ -1,0 +1,30 @@
+# A second test of an interior optimum depth, beside findings.json's bootstrap (which, with 3
+# seeds per depth, says P = 1.000 whenever the best depth's worst seed beats every other
+# depth's best mean). C at the last evaluation (16 epochs) of each fair-baseline run of a
+# bucket; the best interior depth against the better of the two ends (L = 1 and L = 16), as a
+# difference of means with a Welch 95% t-interval (df rounded down: conservative).
+#   python3 scripts/fair-depth-contrast.py [1M|100k] [SWEEP]
+import csv, collections, statistics as st, sys
+
+bucket = sys.argv[1] if len(sys.argv) > 1 else "1M"
+sweep = sys.argv[2] if len(sys.argv) > 2 else "fair-cpu-seeds-" + bucket.lower()
+T = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365, 8: 2.306}
+rows = [r for r in csv.DictReader(open("results/fair-cpu/results.csv"))
+        if r["sweep"] == sweep and r["bucket"] == bucket and r["epoch"] == "16"]
+c = collections.defaultdict(list)
+for r in rows:
+    c[int(r["n_layer"])].append(float(r["eval/creativity"]))
+if len(c) < 3:
+    sys.exit(f"{sweep}: {len(c)} depths at epoch 16 in results/fair-cpu/results.csv; need 3")
+for l, v in sorted(c.items()):
+    m = st.mean(v)
+    half = T[len(v) - 1] * st.stdev(v) / len(v) ** 0.5 if len(v) > 1 else float("nan")
+    print(f"L = {l}: C {m:.2f} [{m - half:.2f}, {m + half:.2f}] n = {len(v)}  ({', '.join(f'{x:.2f}' for x in v)})")
+depths = sorted(c)
+inner = max(depths[1:-1], key=lambda l: st.mean(c[l]))
+end = max((depths[0], depths[-1]), key=lambda l: st.mean(c[l]))
+a, b = c[inner], c[end]
+va, vb = st.variance(a) / len(a), st.variance(b) / len(b)
+df = (va + vb) ** 2 / (va ** 2 / (len(a) - 1) + vb ** 2 / (len(b) - 1))
+d, half = st.mean(a) - st.mean(b), T[max(1, min(8, int(df)))] * (va + vb) ** 0.5
+print(f"best interior L = {inner} minus best end L = {end}: {d:+.2f} [{d - half:+.2f}, {d + half:+.2f}] (Welch, df {df:.1f})")
