@@ -5,10 +5,10 @@
 # difference of means with a Welch 95% t-interval (df rounded down: conservative).
 #   python3 scripts/fair-depth-contrast.py [1M|100k] [SWEEP]
 import csv, collections, statistics as st, sys
+from tstats import T, mean_ci
 
 bucket = sys.argv[1] if len(sys.argv) > 1 else "1M"
 sweep = sys.argv[2] if len(sys.argv) > 2 else "fair-cpu-seeds-" + bucket.lower()
-T = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365, 8: 2.306}
 rows = [r for r in csv.DictReader(open("results/fair-cpu/results.csv"))
         if r["sweep"] == sweep and r["bucket"] == bucket and r["epoch"] == "16"]
 c = collections.defaultdict(list)
@@ -17,8 +17,7 @@ for r in rows:
 if len(c) < 3:
     sys.exit(f"{sweep}: {len(c)} depths at epoch 16 in results/fair-cpu/results.csv; need 3")
 for l, v in sorted(c.items()):
-    m = st.mean(v)
-    half = T[len(v) - 1] * st.stdev(v) / len(v) ** 0.5 if len(v) > 1 else float("nan")
+    m, half = mean_ci(v)
     print(f"L = {l}: C {m:.2f} [{m - half:.2f}, {m + half:.2f}] n = {len(v)}  ({', '.join(f'{x:.2f}' for x in v)})")
 depths = sorted(c)
 inner = max(depths[1:-1], key=lambda l: st.mean(c[l]))

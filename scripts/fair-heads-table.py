@@ -1,15 +1,14 @@
 # C at the last evaluation (epoch 16) per (depth, heads) of the heads arm: the heads sweep's
 # runs plus the fair baseline's H = 4 runs, mean and 95% t-interval over seeds 1-3.
 import csv, collections, statistics as st, sys
-T = {2: 4.303, 3: 2.776}  # t(0.975, n-1) for n = 3, 4 runs
+from tstats import mean_ci
 rows = [r for r in csv.DictReader(open('results/fair-cpu/results.csv'))
         if r['sweep'] in ('fair-cpu-heads-100k', 'fair-cpu-seeds-100k') and r['epoch'] == '16']
 c = collections.defaultdict(list)
 for r in rows:
     c[(int(r['n_layer']), int(r['n_embd']), int(r['n_head']))].append(float(r['eval/creativity']))
 for (l, e, h), v in sorted(c.items()):
-    m, s = st.mean(v), st.stdev(v)
-    half = T[len(v) - 1] * s / len(v) ** 0.5
+    m, half = mean_ci(v)
     print(f"L{l} E{e} H{h} hd{e // h}: C {m:.2f} [{m - half:.2f}, {m + half:.2f}] n={len(v)}")
 
 # Best head per depth: a bootstrap over seeds (10,000 resamples within each (depth, heads)),
