@@ -2,20 +2,23 @@
 # seeds per depth, says P = 1.000 whenever the best depth's worst seed beats every other
 # depth's best mean). C at the last evaluation (16 epochs) of each fair-baseline run of a
 # bucket; the best interior depth against the better of the two ends (L = 1 and L = 16), as a
-# difference of means with a Welch 95% t-interval (df rounded down: conservative).
-#   python3 scripts/fair-depth-contrast.py [1M|100k] [SWEEP]
+# difference of means with a Welch 95% t-interval (df rounded down: conservative). SWEEPS is a
+# comma-separated list: each depth's runs come from the first sweep that has it, as an arm
+# borrows (the second reading at 1M: fair-cpu-tunec-1m,fair-cpu-seeds-1m).
+#   python3 scripts/fair-depth-contrast.py [1M|100k] [SWEEPS]
 import csv, collections, statistics as st, sys
 from tstats import T, mean_ci
 
 bucket = sys.argv[1] if len(sys.argv) > 1 else "1M"
-sweep = sys.argv[2] if len(sys.argv) > 2 else "fair-cpu-seeds-" + bucket.lower()
+sweeps = (sys.argv[2] if len(sys.argv) > 2 else "fair-cpu-seeds-" + bucket.lower()).split(",")
 rows = [r for r in csv.DictReader(open("results/fair-cpu/results.csv"))
-        if r["sweep"] == sweep and r["bucket"] == bucket and r["epoch"] == "16"]
-c = collections.defaultdict(list)
+        if r["sweep"] in sweeps and r["bucket"] == bucket and r["epoch"] == "16"]
+by = collections.defaultdict(lambda: collections.defaultdict(list))
 for r in rows:
-    c[int(r["n_layer"])].append(float(r["eval/creativity"]))
+    by[int(r["n_layer"])][r["sweep"]].append(float(r["eval/creativity"]))
+c = {l: next(v[s] for s in sweeps if s in v) for l, v in by.items()}
 if len(c) < 3:
-    sys.exit(f"{sweep}: {len(c)} depths at epoch 16 in results/fair-cpu/results.csv; need 3")
+    sys.exit(f"{','.join(sweeps)}: {len(c)} depths at epoch 16 in results/fair-cpu/results.csv; need 3")
 for l, v in sorted(c.items()):
     m, half = mean_ci(v)
     print(f"L = {l}: C {m:.2f} [{m - half:.2f}, {m + half:.2f}] n = {len(v)}  ({', '.join(f'{x:.2f}' for x in v)})")
