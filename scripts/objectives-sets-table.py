@@ -2,11 +2,12 @@
 # last-evaluation sets (eval/epoch-16.samples.summary.json), the mean over seeds of the K = 16
 # answers' valid rate, distinct valid paths per query, repeats per query (answers whose text an
 # earlier answer of the query already gave) and set score; the plain runs' chosen temperatures.
-# Descriptive, no test.  Run: python3 scripts/objectives-sets-table.py
-import collections, glob, json, os, re, statistics as st
+# Descriptive, no test.  Run: python3 scripts/objectives-sets-table.py [bucket: 100k (default) | 1m]
+import collections, glob, json, os, re, statistics as st, sys
+bucket = sys.argv[1] if len(sys.argv) > 1 else '100k'
 cells = collections.defaultdict(list)
-for d in sorted(glob.glob('results/objectives-cpu/runs/objectives-100k*')):
-    m = re.search(r'objectives-100k(-hash(?:-once)?)?-L(\d+)-E\d+-H\d+-(?:objective(\w+?)-)?seed', d)
+for d in sorted(glob.glob(f'results/objectives-cpu/runs/objectives-{bucket}-*')):
+    m = re.search(rf'objectives-{bucket}(-hash(?:-once)?)?-L(\d+)-E\d+-H\d+-(?:objective(\w+?)-)?seed', d)
     if not os.path.exists(f'{d}/eval/epoch-16.samples.summary.json'):
         continue  # a run still training
     s = json.load(open(f'{d}/eval/epoch-16.samples.summary.json'))
