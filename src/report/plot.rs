@@ -7,6 +7,7 @@ use std::sync::Once;
 use anyhow::{Result, anyhow};
 use plotters::coord::Shift;
 use plotters::prelude::*;
+use plotters::style::text_anchor::{HPos, Pos, VPos};
 use plotters::style::{FontStyle, register_font};
 
 const FONT: &[u8] = include_bytes!("../../assets/fonts/DejaVuSans.ttf");
@@ -440,6 +441,22 @@ pub fn bars<DB: DrawingBackend>(
     let k = series.len().max(1);
     let w = 0.8 / k as f64;
     let cats = categories.to_vec();
+    // Category names wider than their slot stand upright, in a label area tall enough for them.
+    let longest = categories
+        .iter()
+        .map(|c| c.chars().count())
+        .max()
+        .unwrap_or(0) as u32;
+    let upright = longest * 7 > (SIZE.0 - 100) / n as u32;
+    let x_area = if upright {
+        (longest * 7 + 15).min(SIZE.1 / 2)
+    } else {
+        60
+    };
+    // Plotters centres its own axis labels on the tick, so upright ones are drawn here.
+    let x_style = TextStyle::from(("sans-serif", 12).into_font())
+        .transform(FontTransform::Rotate90)
+        .pos(Pos::new(HPos::Left, VPos::Center));
     macro_rules! draw {
         ($chart:expr, $base:expr) => {{
             let mut chart = $chart;
@@ -449,7 +466,7 @@ pub fn bars<DB: DrawingBackend>(
                 .x_labels(n * 2 + 1)
                 .x_label_formatter(&|x| {
                     let i = x.floor() as usize;
-                    if (x - i as f64 - 0.5).abs() < 1e-6 {
+                    if !upright && (x - i as f64 - 0.5).abs() < 1e-6 {
                         cats.get(i).cloned().unwrap_or_default()
                     } else {
                         String::new()
@@ -484,10 +501,17 @@ pub fn bars<DB: DrawingBackend>(
                         .map_err(err)?;
                 }
             }
+            if upright {
+                for (i, c) in cats.iter().enumerate() {
+                    let (px, py) = chart.backend_coord(&(i as f64 + 0.5, $base));
+                    root.draw(&Text::new(c.clone(), (px, py + 8), x_style.clone()))
+                        .map_err(err)?;
+                }
+            }
             legend(&mut chart)?;
         }};
     }
-    let mut b = builder(root, title, 60);
+    let mut b = builder(root, title, x_area);
     if spread.is_some() {
         draw!(
             b.build_cartesian_2d(0f64..n as f64, 0f64..top * 1.15)
@@ -525,5 +549,55 @@ mod tests {
         z.push_interval(1.0, 0.5, -0.2, 2.0);
         let (y0, y1) = extent(&[z], |p| p.1, true);
         assert!(y0 > 0.0 && y0 < 0.5 && y1 > 2.0, "log y axis {y0}..{y1}");
+    }
+
+    /// The SVG tag that draws `name` as a category label, and the (x, y) it is anchored at.
+    fn label_tag(svg: &str, name: &str) -> (String, f64, f64) {
+        let at = svg.find(&format!(">\n{name}\n</text>")).expect(name);
+        let tag = &svg[svg[..at].rfind("<text").unwrap()..at];
+        let num = |k: &str| -> f64 {
+            let v = &tag[tag.find(k).unwrap() + k.len()..];
+            v[..v.find('"').unwrap()].parse().unwrap()
+        };
+        (tag.to_string(), num(" x=\""), num(" y=\""))
+    }
+
+    #[test]
+    fn bar_labels_too_wide_for_their_slot_stand_upright_below_the_axis() {
+        let bars = |categories: Vec<String>| {
+            let n = categories.len();
+            Figure::Bars {
+                title: "t".into(),
+                y_label: "v".into(),
+                categories,
+                series: vec![("s".into(), vec![1.0; n])],
+                spread: Some(vec![vec![0.5; n]]),
+            }
+        };
+        let dir = tempfile::tempdir().unwrap();
+        let long: Vec<String> = (0..14)
+            .map(|i| format!("100k L{i} teacherless + hash"))
+            .collect();
+        let (svg, _) = render(&dir.path().join("long"), &bars(long.clone())).unwrap();
+        let svg = std::fs::read_to_string(svg).unwrap();
+        let mut last_x = 0.0;
+        for name in &long {
+            let (tag, x, y) = label_tag(&svg, name);
+            assert!(tag.contains("rotate(90"), "{name} lies flat: {tag}");
+            assert!(x > last_x, "{name} is out of order");
+            last_x = x;
+            let bottom = y + 7.0 * name.len() as f64;
+            assert!(
+                y > SIZE.1 as f64 / 2.0 && bottom < SIZE.1 as f64,
+                "{name} runs from y {y} to {bottom}, outside the label area"
+            );
+        }
+        let short = vec!["L1".to_string(), "L2".to_string()];
+        let (svg, _) = render(&dir.path().join("short"), &bars(short.clone())).unwrap();
+        let svg = std::fs::read_to_string(svg).unwrap();
+        for name in &short {
+            let (tag, _, _) = label_tag(&svg, name);
+            assert!(!tag.contains("rotate"), "{name} stands upright: {tag}");
+        }
     }
 }
