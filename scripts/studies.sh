@@ -11,7 +11,8 @@
 # objectives study's 1M bucket at the fair baseline's best depth (L = 4, at the 1M tuning's lr
 # for it), and last the fair study's L x E variant at 1M (the variant that moved the 100k
 # verdict most; 12 runs, about 7.5 core-hours, longer than a session's wall clock, so it goes
-# after the objectives bucket, whose question 1 fits in one). Each stage is
+# after the objectives bucket, whose question 1 fits in one), then that arm under the second
+# reading of selection (9 runs: its L = 1 stalls at the first reading's lr). Each stage is
 # scripts/study.sh, which commits every run as it lands and skips runs already exported, so
 # this one command continues the studies from wherever they stopped, on any clone:
 #
@@ -27,7 +28,7 @@ export STUDY_JOBS=${STUDY_JOBS:-2}
 stages=(fair-cpu-tune-100k fair-cpu-seeds-100k fair-cpu-total-100k fair-cpu-lxe-100k
   fair-cpu-heads-100k objectives-100k objectives-100k-hash objectives-100k-hash-once
   fair-cpu-tune-1m fair-cpu-seeds-1m fair-cpu-tunec-1m objectives-1m objectives-1m-hash
-  fair-cpu-lxe-1m)
+  fair-cpu-lxe-1m fair-cpu-lxe-tunec-1m)
 from=${STUDIES_FROM:-${stages[0]}}
 started=0
 for stage in "${stages[@]}"; do
