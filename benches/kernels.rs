@@ -37,7 +37,7 @@ fn randn(shape: &[usize]) -> Result<Var> {
 }
 
 fn main() -> Result<()> {
-    lab::runtime::prepare();
+    lab::runtime::prepare().map_err(candle_core::Error::msg)?;
     lab::runtime::on_a_pool_thread(run)
 }
 

@@ -7,7 +7,10 @@ use clap::Parser;
 use lab::rundir::Exit;
 
 fn main() -> ExitCode {
-    lab::runtime::prepare();
+    if let Err(e) = lab::runtime::prepare() {
+        eprintln!("error: {e:#}");
+        return Exit::BadInput.into();
+    }
     let args = lab::cli::Cli::parse();
     match lab::runtime::on_a_pool_thread(|| lab::cli::run(args)) {
         Ok(exit) => exit.into(),

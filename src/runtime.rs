@@ -2,12 +2,33 @@
 //! elementwise ops stay on the calling thread, and the command runs on a thread of rayon's
 //! pool. The binary and benches share it.
 
+use std::sync::atomic::{AtomicBool, Ordering};
+
 /// Set the process up before any other thread exists: freed memory stays in the heap,
 /// denormals flush to zero, and candle's elementwise ops run on the calling thread.
-pub fn prepare() {
+pub fn prepare() -> anyhow::Result<()> {
     keep_freed_memory();
+    KEEP_DENORMALS.store(keep_denormals()?, Ordering::Relaxed);
     flush_denormals();
     single_threaded_candle_elementwise();
+    Ok(())
+}
+
+/// Whether LAB_DENORMALS asks for IEEE denormals, read once by `prepare`.
+static KEEP_DENORMALS: AtomicBool = AtomicBool::new(false);
+
+/// LAB_DENORMALS: unset or `flush` flushes denormals to zero, `keep` keeps them; anything
+/// else is an error, so that a misspelt `keep` cannot silently flush.
+fn keep_denormals() -> anyhow::Result<bool> {
+    match std::env::var_os("LAB_DENORMALS") {
+        None => Ok(false),
+        Some(v) if v == "flush" => Ok(false),
+        Some(v) if v == "keep" => Ok(true),
+        Some(v) => anyhow::bail!(
+            "LAB_DENORMALS: {:?} is not `keep` or `flush`",
+            v.to_string_lossy()
+        ),
+    }
 }
 
 /// A confident model's softmax puts probabilities near 1e-38 on most of the vocabulary, and
@@ -20,7 +41,7 @@ pub fn prepare() {
 /// way. LAB_DENORMALS=keep keeps IEEE denormals. Other architectures keep them.
 pub fn flush_denormals() {
     #[cfg(target_arch = "x86_64")]
-    if std::env::var_os("LAB_DENORMALS").is_none_or(|v| v != "keep") {
+    if !KEEP_DENORMALS.load(Ordering::Relaxed) {
         /// MXCSR's flush-to-zero (bit 15) and denormals-are-zero (bit 6).
         const FTZ_DAZ: u32 = 0x8040;
         let mut csr = 0u32;

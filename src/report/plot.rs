@@ -12,6 +12,8 @@ use plotters::style::{FontStyle, register_font};
 
 const FONT: &[u8] = include_bytes!("../../assets/fonts/DejaVuSans.ttf");
 pub const SIZE: (u32, u32) = (900, 600);
+/// Pixels allowed per character of a 12-px axis label: DejaVu Sans's advance, rounded up.
+const LABEL_CHAR_PX: u32 = 7;
 
 fn fonts() {
     static ONCE: Once = Once::new();
@@ -447,9 +449,9 @@ pub fn bars<DB: DrawingBackend>(
         .map(|c| c.chars().count())
         .max()
         .unwrap_or(0) as u32;
-    let upright = longest * 7 > (SIZE.0 - 100) / n as u32;
+    let upright = longest * LABEL_CHAR_PX > (SIZE.0 - 100) / n as u32;
     let x_area = if upright {
-        (longest * 7 + 15).min(SIZE.1 / 2)
+        (longest * LABEL_CHAR_PX + 15).min(SIZE.1 / 2)
     } else {
         60
     };
@@ -586,7 +588,7 @@ mod tests {
             assert!(tag.contains("rotate(90"), "{name} lies flat: {tag}");
             assert!(x > last_x, "{name} is out of order");
             last_x = x;
-            let bottom = y + 7.0 * name.len() as f64;
+            let bottom = y + f64::from(LABEL_CHAR_PX) * name.len() as f64;
             assert!(
                 y > SIZE.1 as f64 / 2.0 && bottom < SIZE.1 as f64,
                 "{name} runs from y {y} to {bottom}, outside the label area"

@@ -686,6 +686,37 @@ fn every_bad_input_is_one_line_exit_2_and_leaves_nothing() {
     );
 }
 
+#[test]
+fn a_misspelt_lab_denormals_is_one_line_exit_2_and_writes_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = run_expect(
+        lab(dir.path())
+            .env("LAB_DENORMALS", "kep")
+            .args(["data", "--config"])
+            .arg(root().join("configs/tiny.toml"))
+            .args(["--out", "data"]),
+        2,
+    );
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(
+        err.contains("LAB_DENORMALS") && err.contains("kep") && err.contains("keep"),
+        "{err}"
+    );
+    assert!(!dir.path().join("data").exists());
+    for good in ["keep", "flush"] {
+        let out = run_expect(
+            lab(dir.path())
+                .env("LAB_DENORMALS", good)
+                .args(["data", "--config"])
+                .arg(root().join("configs/tiny.toml"))
+                .args(["--out", good]),
+            0,
+        );
+        assert!(dir.path().join(good).join("train.txt").exists(), "{out:?}");
+    }
+}
+
 fn micro_graph() -> Graph {
     let cfg = Config::from_toml(MICRO, Path::new("micro.toml"), "micro").unwrap();
     Graph::generate(&cfg.graph, cfg.n_edges())
