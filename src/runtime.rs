@@ -17,6 +17,11 @@ pub fn prepare() -> anyhow::Result<()> {
 /// Whether LAB_DENORMALS asks for IEEE denormals, read once by `prepare`.
 static KEEP_DENORMALS: AtomicBool = AtomicBool::new(false);
 
+/// Whether this process flushes denormals (`prepare` read LAB_DENORMALS).
+pub fn denormals_flushed() -> bool {
+    cfg!(target_arch = "x86_64") && !KEEP_DENORMALS.load(Ordering::Relaxed)
+}
+
 /// LAB_DENORMALS: unset or `flush` flushes denormals to zero, `keep` keeps them; anything
 /// else is an error, so that a misspelt `keep` cannot silently flush.
 fn keep_denormals() -> anyhow::Result<bool> {
@@ -41,7 +46,7 @@ fn keep_denormals() -> anyhow::Result<bool> {
 /// way. LAB_DENORMALS=keep keeps IEEE denormals. Other architectures keep them.
 pub fn flush_denormals() {
     #[cfg(target_arch = "x86_64")]
-    if !KEEP_DENORMALS.load(Ordering::Relaxed) {
+    if denormals_flushed() {
         /// MXCSR's flush-to-zero (bit 15) and denormals-are-zero (bit 6).
         const FTZ_DAZ: u32 = 0x8040;
         let mut csr = 0u32;
