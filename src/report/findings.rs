@@ -282,11 +282,19 @@ fn at_last_evaluation(
     (
         format!("best L = {best}, P(interior) = {share:.3}"),
         json!({
-            "c_by_setting": means.iter().map(|(k, m)| json!({key: k, "c": ci_json(m)})).collect::<Vec<_>>(),
+            "c_by_setting": c_by_setting(key, &means),
             "p_best": means.iter().zip(&p).map(|((k, _), p)| json!({key: k, "p": p})).collect::<Vec<_>>(),
             "p_claimed": share,
         }),
     )
+}
+
+/// Each setting of `key` with its mean C and interval, as the optimum tests report them.
+fn c_by_setting(key: &str, means: &[(f64, MeanCi)]) -> Value {
+    means
+        .iter()
+        .map(|(k, m)| json!({key: k, "c": ci_json(m)}))
+        .collect()
 }
 
 /// One group's optimum test: C at the group's common compute for each setting of `key`, and the
@@ -349,7 +357,7 @@ fn optimum(
         .collect();
     if means.len() < 3 || (need_all && !left_out.is_empty()) {
         // Too few settings have an evaluation at or below the common compute to tell an
-        // optimum: inconclusive, and said so.
+        // optimum: inconclusive, and said so, with C of the settings that do reach it.
         return Some(Optimum {
             verdict: Verdict::Inconclusive,
             best: f64::NAN,
@@ -359,6 +367,7 @@ fn optimum(
                 "compute_axis": axis,
                 "common_compute": common,
                 "settings_at_common_compute": means.len(),
+                "c_by_setting": c_by_setting(key, &means),
                 "left_out": left_out,
             }),
         });
@@ -378,7 +387,7 @@ fn optimum(
         "group": group,
         "compute_axis": axis,
         "common_compute": common,
-        "c_by_setting": means.iter().map(|(k, m)| json!({key: k, "c": ci_json(m)})).collect::<Vec<_>>(),
+        "c_by_setting": c_by_setting(key, &means),
         "p_best": means.iter().zip(&p).map(|((k, _), p)| json!({key: k, "p": p})).collect::<Vec<_>>(),
         "p_claimed": share,
         "left_out": left_out,
@@ -780,6 +789,18 @@ mod tests {
             f.statistic
         );
         assert_eq!(f.numbers[0]["left_out"], json!([1.0]));
+        // The depths that reach the common compute still have their C there.
+        let placed = f.numbers[0]["c_by_setting"].as_array().unwrap();
+        let depths: Vec<f64> = placed
+            .iter()
+            .map(|s| s["n_layer"].as_f64().unwrap())
+            .collect();
+        assert_eq!(depths, [2.0, 4.0, 8.0]);
+        let l2 = placed[0]["c"]["mean"].as_f64().unwrap();
+        assert!(
+            (l2 - 6.1).abs() < 1e-9,
+            "L = 2's C at the common compute: {l2}"
+        );
         let last = &f.numbers[0]["at_last_evaluation"];
         assert_eq!(last["c_by_setting"].as_array().unwrap().len(), 4, "{last}");
         assert!(last["p_claimed"].as_f64().unwrap() > 0.99, "{last}");
