@@ -1,0 +1,50 @@
+# When a depth cannot be placed at a bucket's common compute (its first evaluation already costs
+# more: L = 1 in the L x E arms), the voted depth test is inconclusive. This bounds it instead:
+# if C does not fall between initialisation and a run's first evaluation, that first evaluation's
+# C is an upper bound on the run's C at the common compute. The placeable runs are read as the
+# lab reads them (C interpolated linearly in log compute between evaluations); the bootstrap over
+# seeds (10,000 resamples within each depth, seed 0) then gives P(interior best) with the bound
+# standing in, which can only favour the unplaceable depth. SWEEPS as in fair-depth-contrast.py.
+#   python3 scripts/fair-l1-bound.py [1M|100k] SWEEPS
+import csv, collections, math, random, statistics as st, sys
+
+bucket, sweeps = sys.argv[1], sys.argv[2].split(",")
+runs = collections.defaultdict(lambda: collections.defaultdict(list))
+for r in csv.DictReader(open("results/fair-cpu/results.csv")):
+    if r["sweep"] in sweeps and r["bucket"] == bucket and r["eval/creativity"]:
+        runs[int(r["n_layer"])][(r["sweep"], r["seed"])].append(
+            (float(r["flops"]), float(r["eval/creativity"])))
+runs = {l: {k: sorted(p) for k, p in v.items() if k[0] == next(s for s in sweeps
+        if any(kk[0] == s for kk in v))} for l, v in runs.items()}
+if len(runs) < 3:
+    sys.exit(f"{','.join(sweeps)}: {len(runs)} depths in results/fair-cpu/results.csv; need 3")
+common = min(p[-1][0] for v in runs.values() for p in v.values())
+
+
+def at(points):
+    """C at the common compute, or (C at the first evaluation, True) when it lies beyond it."""
+    if points[0][0] > common:
+        return points[0][1], True
+    for (f0, c0), (f1, c1) in zip(points, points[1:]):
+        if f0 <= common <= f1:
+            w = (math.log(common) - math.log(f0)) / (math.log(f1) - math.log(f0))
+            return c0 + w * (c1 - c0), False
+    return points[-1][1], False
+
+
+c, bounded = {}, set()
+for l, v in sorted(runs.items()):
+    vals = [at(p) for p in v.values()]
+    c[l] = [x for x, _ in vals]
+    if any(b for _, b in vals):
+        bounded.add(l)
+print(f"{bucket}, {','.join(sweeps)}: common compute {common:.3g} FLOPs")
+for l, v in sorted(c.items()):
+    tag = "  (upper bound: C at the first evaluation)" if l in bounded else ""
+    print(f"L = {l}: C {st.mean(v):.2f}  ({', '.join(f'{x:.2f}' for x in v)}){tag}")
+rng, depths, wins = random.Random(0), sorted(c), collections.Counter()
+for _ in range(10_000):
+    means = {l: st.mean(rng.choices(v, k=len(v))) for l, v in c.items()}
+    wins[max(depths, key=means.get)] += 1
+print("P(best): " + ", ".join(f"L = {l} {wins[l] / 10_000:.3f}" for l in depths))
+print(f"P(interior best) = {sum(wins[l] for l in depths[1:-1]) / 10_000:.3f}")
