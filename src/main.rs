@@ -7,12 +7,11 @@ use clap::Parser;
 use lab::rundir::Exit;
 
 fn main() -> ExitCode {
-    if let Err(e) = lab::runtime::prepare() {
-        eprintln!("error: {e:#}");
-        return Exit::BadInput.into();
-    }
-    let args = lab::cli::Cli::parse();
-    match lab::runtime::on_a_pool_thread(|| lab::cli::run(args)) {
+    let ran = lab::runtime::prepare().and_then(|()| {
+        let args = lab::cli::Cli::parse();
+        lab::runtime::on_a_pool_thread(|| lab::cli::run(args))
+    });
+    match ran {
         Ok(exit) => exit.into(),
         Err(e) => {
             eprintln!("error: {e:#}");
