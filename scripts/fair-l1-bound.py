@@ -9,38 +9,33 @@
 import csv, collections, math, random, statistics as st, sys
 
 bucket, sweeps = sys.argv[1], sys.argv[2].split(",")
-runs = collections.defaultdict(lambda: collections.defaultdict(list))
+# depth -> sweep -> seed -> [(flops, C)] at every evaluation
+by = collections.defaultdict(lambda: collections.defaultdict(lambda: collections.defaultdict(list)))
 for r in csv.DictReader(open("results/fair-cpu/results.csv")):
     if r["sweep"] in sweeps and r["bucket"] == bucket and r["eval/creativity"]:
-        runs[int(r["n_layer"])][(r["sweep"], r["seed"])].append(
+        by[int(r["n_layer"])][r["sweep"]][r["seed"]].append(
             (float(r["flops"]), float(r["eval/creativity"])))
-runs = {l: {k: sorted(p) for k, p in v.items() if k[0] == next(s for s in sweeps
-        if any(kk[0] == s for kk in v))} for l, v in runs.items()}
+# Each depth's runs from the first sweep that has it, as an arm borrows.
+runs = {l: [sorted(p) for p in next(v[s] for s in sweeps if s in v).values()]
+        for l, v in by.items()}
 if len(runs) < 3:
     sys.exit(f"{','.join(sweeps)}: {len(runs)} depths in results/fair-cpu/results.csv; need 3")
-common = min(p[-1][0] for v in runs.values() for p in v.values())
+common = min(p[-1][0] for v in runs.values() for p in v)
 
 
 def at(points):
-    """C at the common compute, or (C at the first evaluation, True) when it lies beyond it."""
-    if points[0][0] > common:
-        return points[0][1], True
-    for (f0, c0), (f1, c1) in zip(points, points[1:]):
-        if f0 <= common <= f1:
-            w = (math.log(common) - math.log(f0)) / (math.log(f1) - math.log(f0))
-            return c0 + w * (c1 - c0), False
-    return points[-1][1], False
+    """C at the common compute, or C at the first evaluation when that lies beyond it."""
+    if points[0][0] >= common:
+        return points[0][1]
+    (f0, c0), (f1, c1) = next(pair for pair in zip(points, points[1:]) if pair[1][0] >= common)
+    return c0 + (math.log(common / f0) / math.log(f1 / f0)) * (c1 - c0)
 
 
-c, bounded = {}, set()
-for l, v in sorted(runs.items()):
-    vals = [at(p) for p in v.values()]
-    c[l] = [x for x, _ in vals]
-    if any(b for _, b in vals):
-        bounded.add(l)
+c = {l: [at(p) for p in v] for l, v in sorted(runs.items())}
 print(f"{bucket}, {','.join(sweeps)}: common compute {common:.3g} FLOPs")
-for l, v in sorted(c.items()):
-    tag = "  (upper bound: C at the first evaluation)" if l in bounded else ""
+for l, v in c.items():
+    bounded = any(p[0][0] > common for p in runs[l])
+    tag = "  (upper bound: C at the first evaluation)" if bounded else ""
     print(f"L = {l}: C {st.mean(v):.2f}  ({', '.join(f'{x:.2f}' for x in v)}){tag}")
 rng, depths, wins = random.Random(0), sorted(c), collections.Counter()
 for _ in range(10_000):

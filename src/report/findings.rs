@@ -283,7 +283,7 @@ fn at_last_evaluation(
         format!("best L = {best}, P(interior) = {share:.3}"),
         json!({
             "c_by_setting": c_by_setting(key, &means),
-            "p_best": means.iter().zip(&p).map(|((k, _), p)| json!({key: k, "p": p})).collect::<Vec<_>>(),
+            "p_best": p_best(key, &means, &p),
             "p_claimed": share,
         }),
     )
@@ -294,6 +294,15 @@ fn c_by_setting(key: &str, means: &[(f64, MeanCi)]) -> Value {
     means
         .iter()
         .map(|(k, m)| json!({key: k, "c": ci_json(m)}))
+        .collect()
+}
+
+/// Each setting of `key` with the share of bootstrap resamples in which it is best.
+fn p_best(key: &str, means: &[(f64, MeanCi)], p: &[f64]) -> Value {
+    means
+        .iter()
+        .zip(p)
+        .map(|((k, _), p)| json!({key: k, "p": p}))
         .collect()
 }
 
@@ -388,7 +397,7 @@ fn optimum(
         "compute_axis": axis,
         "common_compute": common,
         "c_by_setting": c_by_setting(key, &means),
-        "p_best": means.iter().zip(&p).map(|((k, _), p)| json!({key: k, "p": p})).collect::<Vec<_>>(),
+        "p_best": p_best(key, &means, &p),
         "p_claimed": share,
         "left_out": left_out,
     });
