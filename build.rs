@@ -1,8 +1,75 @@
 //! Builds the table of shipped configs and sweep specs (`src/shipped.rs` includes it), so that
-//! an installed `lab` has them anywhere; and, for the `cuda` build only, a RUNPATH so that the
-//! binary finds the CUDA 13 libraries in the usual toolkit places (see scripts/build-cuda.sh).
+//! an installed `lab` has them anywhere; the code's identity (`src/code.rs`: commit, dirty tree,
+//! features, target CPU features); and, for the `cuda` build only, a RUNPATH so that the binary
+//! finds the CUDA 13 libraries in the usual toolkit places (see scripts/build-cuda.sh).
 
 use std::path::Path;
+use std::process::Command;
+
+/// What goes into the binary: a change under these makes the tree dirty for `LAB_DIRTY`.
+const CODE_PATHS: &[&str] = &[
+    "src",
+    "vendor",
+    "build.rs",
+    "Cargo.toml",
+    "Cargo.lock",
+    "configs",
+    "sweeps",
+    "assets",
+];
+
+/// `git ARGS` in the crate's folder, trimmed; None where git or the repository is missing.
+fn git(args: &[&str]) -> Option<String> {
+    let out = Command::new("git")
+        .args(args)
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .output()
+        .ok()?;
+    out.status
+        .success()
+        .then(|| String::from_utf8_lossy(&out.stdout).trim().to_string())
+}
+
+/// `LAB_COMMIT`, `LAB_DIRTY`, `LAB_TREE`, `LAB_FEATURES` and `LAB_TARGET_FEATURES` for
+/// `src/code.rs`, and
+/// the files whose change must re-run this (a commit, a checkout, an edit of the code).
+fn code_identity() {
+    let commit = git(&["rev-parse", "HEAD"]).unwrap_or_else(|| "unknown".into());
+    let mut status = vec!["status", "--porcelain", "--untracked-files=no", "--"];
+    status.extend(CODE_PATHS);
+    let dirty = git(&status).map_or("unknown".into(), |s| (!s.is_empty()).to_string());
+    // A dirty tree is told apart from another dirty tree by a hash of its diff.
+    let mut diff = vec!["diff", "HEAD", "--"];
+    diff.extend(CODE_PATHS);
+    let tree = match (dirty.as_str(), git(&diff)) {
+        ("true", Some(d)) => {
+            use std::hash::{Hash, Hasher};
+            let mut h = std::collections::hash_map::DefaultHasher::new();
+            d.hash(&mut h);
+            format!("{:016x}", h.finish())
+        }
+        _ => String::new(),
+    };
+    let mut features: Vec<String> = std::env::vars()
+        .filter_map(|(k, _)| k.strip_prefix("CARGO_FEATURE_").map(str::to_lowercase))
+        .collect();
+    features.sort();
+    let target = std::env::var("CARGO_CFG_TARGET_FEATURE").unwrap_or_default();
+    println!("cargo:rustc-env=LAB_COMMIT={commit}");
+    println!("cargo:rustc-env=LAB_DIRTY={dirty}");
+    println!("cargo:rustc-env=LAB_TREE={tree}");
+    println!("cargo:rustc-env=LAB_FEATURES={}", features.join(","));
+    println!("cargo:rustc-env=LAB_TARGET_FEATURES={target}");
+    for p in ["HEAD", "index", "logs/HEAD"] {
+        if let Some(path) = git(&["rev-parse", "--git-path", p]) {
+            let path = Path::new(env!("CARGO_MANIFEST_DIR")).join(path);
+            println!("cargo:rerun-if-changed={}", path.display());
+        }
+    }
+    for p in CODE_PATHS {
+        println!("cargo:rerun-if-changed={p}");
+    }
+}
 
 /// `(name, text)` of every `DIR/*.toml`, sorted, as a Rust array of `include_str!`s.
 fn table(dir: &str) -> String {
@@ -36,8 +103,7 @@ fn main() {
         table("sweeps")
     );
     std::fs::write(&out, code).expect("writing shipped.rs");
-    println!("cargo:rerun-if-changed=configs");
-    println!("cargo:rerun-if-changed=sweeps");
+    code_identity();
     if std::env::var_os("CARGO_FEATURE_CUDA").is_some() {
         println!(
             "cargo:rustc-link-arg-bins=-Wl,-rpath,$ORIGIN:/usr/local/cuda/lib64:/usr/local/cuda-13/lib64:/usr/lib/x86_64-linux-gnu:/usr/local/nvidia/lib64"

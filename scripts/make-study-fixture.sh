@@ -7,6 +7,8 @@ cd "$(dirname "$0")/.."
 f=tests/fixtures/study
 rm -rf "$f/runs" checkpoints/fixture-depth checkpoints/fixture-width
 STUDY_COMMIT=0 bash scripts/study.sh "$f/depth.toml" "$f/width.toml"
+# The committed layout (docs/RESULTS.md): the answers the report reads, each evaluation's figures.
+cargo run --release --quiet -- sweep slim "$f"
 # Keep what the test compares; the figures regenerate.
 find "$f" -maxdepth 1 -type f \( -name '*.svg' -o -name '*.png' -o -name '*.csv' -o -name 'report.md' \) \
   ! -name results.csv -delete

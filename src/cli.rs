@@ -1,7 +1,7 @@
 //! The commands: argument structs (clap) and the thin glue that calls into the library.
 //! Nothing here computes; it loads, dispatches and prints.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use anyhow::Result;
 use clap::{Parser, Subcommand};
@@ -141,8 +141,18 @@ pub enum Command {
         /// A sweep directory (checkpoints/<sweep>) or its results.csv.
         input: PathBuf,
         /// Where to write [default: <sweep dir>/report].
-        #[arg(long)]
+        #[arg(long, conflicts_with = "table")]
         out: Option<PathBuf>,
+        /// Print one of the study tables FINDINGS cite instead (depth-contrast, heads,
+        /// unplaceable-bound, sets); nothing is written.
+        #[arg(long, value_name = "NAME")]
+        table: Option<String>,
+        /// The table's bucket (`1M`, `100k`; for `sets`, the sweep-name part `100k`, `1m`).
+        #[arg(long, default_value = "1M")]
+        bucket: String,
+        /// The table's sweeps, comma-separated: each depth's runs from the first that has it.
+        #[arg(long, value_delimiter = ',')]
+        sweeps: Vec<String>,
     },
     /// Ask a trained model one query and check its answers.
     Query {
@@ -242,6 +252,13 @@ pub enum SweepCommand {
         #[arg(long = "set", value_name = "KEY=VALUE")]
         set: Vec<String>,
     },
+    /// Rewrite a results directory's exported runs in the committed layout (docs/RESULTS.md):
+    /// evaluation lines of metrics, per-epoch figures, and the answers of the last evaluation
+    /// and of those its report reads; checked against its results.csv before anything changes.
+    Slim { results: PathBuf },
+    /// Re-score every committed greedy answer file of a results directory from its text, on
+    /// worlds rebuilt from the runs' configs, and check each figure against results.csv.
+    Rescore { results: PathBuf },
     /// Copy every DONE run not yet exported to the spec's `results` directory.
     Export {
         spec: PathBuf,
@@ -372,6 +389,27 @@ impl SampleArgs {
     }
 }
 
+/// `lab data`: build or reuse a config's data directory and say what it holds.
+fn data(config: &Path, out: Option<PathBuf>, force: bool, set: &[String]) -> Result<()> {
+    let cfg = Config::load_with(config, &overrides(set)?)?;
+    let dir = out.unwrap_or_else(|| dataset::default_dir(&cfg));
+    let (m, outcome) = dataset::ensure(&cfg, &dir, force)?;
+    let verb = match outcome {
+        Outcome::Built => "built",
+        Outcome::Reused => "reused",
+    };
+    println!(
+        "{verb} {}: {} nodes, {} edges, {} eval queries, {} training examples ({} rejections)",
+        dir.display(),
+        m.counts.nodes,
+        m.counts.edges,
+        m.counts.eval_queries,
+        m.counts.train_examples,
+        m.rejections.no_path
+    );
+    Ok(())
+}
+
 pub fn run(cli: Cli) -> Result<Exit> {
     match cli.command {
         Command::Data {
@@ -379,24 +417,7 @@ pub fn run(cli: Cli) -> Result<Exit> {
             out,
             force,
             set,
-        } => {
-            let cfg = Config::load_with(&config, &overrides(&set)?)?;
-            let dir = out.unwrap_or_else(|| dataset::default_dir(&cfg));
-            let (m, outcome) = dataset::ensure(&cfg, &dir, force)?;
-            let verb = match outcome {
-                Outcome::Built => "built",
-                Outcome::Reused => "reused",
-            };
-            println!(
-                "{verb} {}: {} nodes, {} edges, {} eval queries, {} training examples ({} rejections)",
-                dir.display(),
-                m.counts.nodes,
-                m.counts.edges,
-                m.counts.eval_queries,
-                m.counts.train_examples,
-                m.rejections.no_path
-            );
-        }
+        } => data(&config, out, force, &set)?,
         Command::Configs { name, out, force } => match (name, out) {
             (None, _) => print!("{}", crate::shipped::listing()),
             (Some(n), None) => print!("{}", crate::shipped::text(&n)?),
@@ -439,7 +460,20 @@ pub fn run(cli: Cli) -> Result<Exit> {
             }
         }
         Command::Sweep(cmd) => return run_sweep(cmd),
-        Command::Report { input, out } => {
+        Command::Report {
+            input,
+            table: Some(name),
+            bucket,
+            sweeps,
+            ..
+        } => {
+            let rows = crate::report::read_csv(&crate::report::csv_of(&input)?)?;
+            print!(
+                "{}",
+                crate::report::tables::table(&name, &rows, &bucket, &sweeps)?
+            );
+        }
+        Command::Report { input, out, .. } => {
             let r = crate::report::write(&input, out.as_deref())?;
             println!("{}", r.display());
         }
@@ -518,6 +552,91 @@ pub fn run(cli: Cli) -> Result<Exit> {
     Ok(Exit::Ok)
 }
 
+/// Submit a sweep's pending runs as a Slurm job array (or write its script, `--dry-run`), and
+/// say how to follow it.
+fn submit_slurm(
+    s: &crate::sweep::Sweep,
+    plan: &[crate::sweep::PlanRow],
+    o: &crate::sweep::slurm::Options,
+    spec: &Path,
+) -> Result<()> {
+    use crate::sweep;
+    match sweep::slurm::submit(s, plan, o)? {
+        None => println!(
+            "{}: every run is DONE or exported; nothing to submit",
+            s.spec.name
+        ),
+        Some(sub) if o.dry_run => {
+            println!(
+                "wrote {} for {} runs in {} array tasks (not submitted)",
+                sub.script.display(),
+                sub.tasks,
+                sub.array_tasks
+            );
+        }
+        Some(sub) => {
+            println!(
+                "submitted {} runs as job array {} of {} tasks ({})",
+                sub.tasks,
+                sub.array_job,
+                sub.array_tasks,
+                sub.script.display()
+            );
+            println!("collect job {} runs after it (afterany)", sub.collect_job);
+            println!(
+                "watch: squeue -j {},{}   |   lab sweep status {}",
+                sub.array_job,
+                sub.collect_job,
+                spec.display()
+            );
+            println!(
+                "logs:  {}/logs/ and each run's train.log",
+                sub.dir.display()
+            );
+        }
+    }
+    Ok(())
+}
+
+/// `lab sweep slim RESULTS`: the committed layout, keeping the answers its report reads.
+fn slim(results: &Path) -> Result<()> {
+    let tmp = tempfile::tempdir()?;
+    let (report, reads) =
+        crate::report::findings::recording(|| crate::report::write(results, Some(tmp.path())));
+    report?;
+    let s = crate::sweep::slim::slim(results, &reads)?;
+    println!(
+        "{}: {} runs in the committed layout, {} answer files kept (each run's last evaluation and those its report reads at a common compute)",
+        results.display(),
+        s.runs,
+        s.answers
+    );
+    Ok(())
+}
+
+/// `lab sweep rescore RESULTS`: exit 1 on a mismatch.
+fn rescore(results: &Path) -> Result<Exit> {
+    let work = tempfile::tempdir()?;
+    let r = crate::sweep::rescore::rescore(results, work.path())?;
+    for m in &r.mismatches {
+        println!("MISMATCH {m}");
+    }
+    println!(
+        "{}: {} answer files re-scored; of {} figures {} equal to the last digit, {} within {:e} relative, {} mismatches",
+        results.display(),
+        r.files,
+        r.figures,
+        r.exact,
+        r.figures - r.exact - r.mismatches.len(),
+        crate::sweep::rescore::CLOSE,
+        r.mismatches.len()
+    );
+    if !r.mismatches.is_empty() {
+        return Ok(Exit::RunsFailed);
+    }
+    Ok(Exit::Ok)
+}
+
 fn run_sweep(cmd: SweepCommand) -> Result<Exit> {
     use crate::sweep::{self, Sweep};
     match cmd {
@@ -589,40 +708,7 @@ fn run_sweep(cmd: SweepCommand) -> Result<Exit> {
                     return Ok(Exit::RunsFailed);
                 }
             } else {
-                match sweep::slurm::submit(&s, &plan, &o)? {
-                    None => println!(
-                        "{}: every run is DONE or exported; nothing to submit",
-                        s.spec.name
-                    ),
-                    Some(sub) if dry_run => {
-                        println!(
-                            "wrote {} for {} runs in {} array tasks (not submitted)",
-                            sub.script.display(),
-                            sub.tasks,
-                            sub.array_tasks
-                        );
-                    }
-                    Some(sub) => {
-                        println!(
-                            "submitted {} runs as job array {} of {} tasks ({})",
-                            sub.tasks,
-                            sub.array_job,
-                            sub.array_tasks,
-                            sub.script.display()
-                        );
-                        println!("collect job {} runs after it (afterany)", sub.collect_job);
-                        println!(
-                            "watch: squeue -j {},{}   |   lab sweep status {}",
-                            sub.array_job,
-                            sub.collect_job,
-                            spec.display()
-                        );
-                        println!(
-                            "logs:  {}/logs/ and each run's train.log",
-                            sub.dir.display()
-                        );
-                    }
-                }
+                submit_slurm(&s, &plan, &o, &spec)?;
             }
         }
         SweepCommand::Status { spec, set } => {
@@ -638,6 +724,8 @@ fn run_sweep(cmd: SweepCommand) -> Result<Exit> {
             let n = s.export_done(&plan)?;
             println!("{}: {n} runs exported", res.display());
         }
+        SweepCommand::Slim { results } => slim(&results)?,
+        SweepCommand::Rescore { results } => return rescore(&results),
         SweepCommand::Collect { spec, .. } if spec.is_dir() => {
             let c = sweep::collect::collect_results(&spec)?;
             for (run, why) in &c.left_out {

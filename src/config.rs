@@ -608,8 +608,9 @@ impl Config {
         hex(&Sha256::digest(&json))
     }
 
-    /// Non-embedding parameters, 12·L·E² (SPEC §5 bucket rule; biases and norms left out).
-    pub fn non_embedding_params(&self) -> u64 {
+    /// The bucket rule's parameter count, 12·L·E² (SPEC §5; biases and norms left out, unlike
+    /// `GptConfig::non_embedding_params`, which counts every tensor but the embeddings).
+    pub fn bucket_params(&self) -> u64 {
         12 * self.model.n_layer as u64 * (self.model.n_embd as u64).pow(2)
     }
 
@@ -617,7 +618,7 @@ impl Config {
     /// (1M / 10M / 100M non-embedding parameters, split at the geometric midpoints).
     pub fn peak_lr(&self) -> f64 {
         self.train.lr.unwrap_or_else(|| {
-            let n = self.non_embedding_params() as f64;
+            let n = self.bucket_params() as f64;
             if n < 3.16e6 {
                 1e-3
             } else if n < 3.16e7 {
@@ -755,6 +756,12 @@ impl Config {
                 "\"once\" draws hash prefixes, but train.hash_prefix is 0".into(),
             );
         }
+        self.validate_eval()
+    }
+
+    /// `[eval]`: the scoring weights, decoding and set parameters.
+    fn validate_eval(&self) -> Result<(), ConfigError> {
+        let err = |field: &str, reason: String| Err(self.field_error(field, reason));
         let e = &self.eval;
         for (field, v) in [
             ("eval.alpha_hops", e.alpha_hops),
@@ -827,7 +834,6 @@ impl Config {
 
     fn validate_world(&self) -> Result<(), ConfigError> {
         let g = &self.graph;
-        let d = &self.data;
         let err = |field: &str, reason: String| Err(self.field_error(field, reason));
         if self.name.is_empty()
             || !self
@@ -900,6 +906,14 @@ impl Config {
                 format!("must be finite and >= 0, got {}", g.zipf_s),
             );
         }
+        self.validate_weights()?;
+        self.validate_data()
+    }
+
+    /// `graph.weights`: one finite, non-negative weight per label, exactly with `label_dist = "weights"`.
+    fn validate_weights(&self) -> Result<(), ConfigError> {
+        let g = &self.graph;
+        let err = |field: &str, reason: String| Err(self.field_error(field, reason));
         match (g.label_dist, &g.weights) {
             (LabelDist::Weights, None) => {
                 return err(
@@ -933,6 +947,14 @@ impl Config {
             }
             _ => {}
         }
+        Ok(())
+    }
+
+    /// `[data]`: the eval grid, constraint levels and training-path lengths.
+    fn validate_data(&self) -> Result<(), ConfigError> {
+        let g = &self.graph;
+        let d = &self.data;
+        let err = |field: &str, reason: String| Err(self.field_error(field, reason));
         if d.eval_hops.is_empty() {
             return err("data.eval_hops", "must list at least one hop".to_string());
         }

@@ -2,6 +2,7 @@
 //! config → graph → search → dataset → tokenizer → model → train → eval, with the CLI on top.
 
 pub mod cli;
+pub mod code;
 pub mod config;
 pub mod dataset;
 pub mod device;

@@ -99,6 +99,8 @@ pub struct Summary {
     /// Set figures averaged over queries, when several answers were sampled (SPEC §7).
     #[serde(skip_serializing_if = "Option::is_none", default)]
     pub set: Option<SetMeans>,
+    /// Absent from the tuning-split summaries a study commits (docs/RESULTS.md).
+    #[serde(default)]
     pub by_hop_level: Vec<Cell>,
 }
 

@@ -1,13 +1,14 @@
 //! The paper's five claims (seed 002, Figs 3–5) tested on a study's `results.csv`: each gets a
 //! verdict from a stated test over seeds, the numbers behind it, and the command to recompute it.
 
+use std::cell::RefCell;
 use std::collections::{BTreeMap, BTreeSet};
 
 use serde::Serialize;
 use serde_json::{Value, json};
 
 use crate::report::Row;
-use crate::report::stats::{MeanCi, at_log_x, bootstrap_best, slope_ci, spearman};
+use crate::report::stats::{MeanCi, around, at_log_x, bootstrap_best, slope_ci, spearman};
 use crate::tags;
 
 /// Bootstrap resamples per test.
@@ -88,6 +89,24 @@ pub fn groups(rows: &[Row]) -> (Vec<Group<'_>>, Vec<Group<'_>>) {
     (depth, width)
 }
 
+thread_local! {
+    /// While [`recording`] runs: the (run, epoch) of every evaluation [`at_compute`] reads.
+    static READS: RefCell<Option<BTreeSet<(String, u64)>>> = const { RefCell::new(None) };
+}
+
+/// Run `f`, and return with its value the evaluations that the common-compute figures in it
+/// read, by run: what `lab sweep slim` keeps the answers of.
+pub fn recording<T>(f: impl FnOnce() -> T) -> (T, BTreeMap<String, BTreeSet<u64>>) {
+    READS.with(|r| *r.borrow_mut() = Some(BTreeSet::new()));
+    let value = f();
+    let reads = READS.with(|r| r.borrow_mut().take()).unwrap_or_default();
+    let mut by: BTreeMap<String, BTreeSet<u64>> = BTreeMap::new();
+    for (run, epoch) in reads {
+        by.entry(run).or_default().insert(epoch);
+    }
+    (value, by)
+}
+
 /// The C of every run of a group at one common compute: the most that every run reached.
 /// Returns that compute and each run's first row with its C there.
 pub fn at_compute<'a>(rows: &[&'a Row], axis: &str) -> (f64, Vec<(&'a Row, f64)>) {
@@ -99,10 +118,19 @@ pub fn at_compute<'a>(rows: &[&'a Row], axis: &str) -> (f64, Vec<(&'a Row, f64)>
     let at = c
         .values()
         .filter_map(|v| {
-            let pts: Vec<(f64, f64)> = v
+            let (pts, at): (Vec<(f64, f64)>, Vec<&Row>) = v
                 .iter()
-                .filter_map(|(f, r)| r.num(tags::CREATIVITY).map(|x| (*f, x)))
-                .collect();
+                .filter_map(|(f, r)| r.num(tags::CREATIVITY).map(|x| ((*f, x), *r)))
+                .unzip();
+            let (i, j) = around(&pts, common)?;
+            READS.with(|reads| {
+                if let Some(set) = reads.borrow_mut().as_mut() {
+                    for r in [at[i], at[j]] {
+                        let epoch = r.num("epoch").unwrap_or(0.0) as u64;
+                        set.insert((r.get("run").to_string(), epoch));
+                    }
+                }
+            });
             at_log_x(&pts, common).map(|x| (v[0].1, x))
         })
         .collect();

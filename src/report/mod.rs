@@ -6,6 +6,7 @@ pub mod findings;
 pub mod objectives;
 pub mod plot;
 pub mod stats;
+pub mod tables;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt::Write as _;
@@ -189,7 +190,7 @@ impl Writer {
         write_atomic(&self.out.join(format!("{stem}.csv")), csv.as_bytes())?;
         let _ = writeln!(
             self.md,
-            "### {what}\n\n![{what}]({stem}.png)\n\n[SVG]({stem}.svg) · [data]({stem}.csv)\n"
+            "### {what}\n\n![{what}]({stem}.svg)\n\n[data]({stem}.csv) · `{stem}.png` beside it (not committed)\n"
         );
         self.figures.push(svg);
         self.figures.push(png);
@@ -198,7 +199,8 @@ impl Writer {
 }
 
 /// Write the report of a sweep directory or a results.csv; returns the path of report.md.
-pub fn write(input: &Path, out: Option<&Path>) -> Result<PathBuf> {
+/// The `results.csv` of a sweep or results directory, or the file given.
+pub fn csv_of(input: &Path) -> Result<PathBuf> {
     let csv = if input.is_dir() {
         input.join("results.csv")
     } else {
@@ -210,6 +212,11 @@ pub fn write(input: &Path, out: Option<&Path>) -> Result<PathBuf> {
             csv.display()
         );
     }
+    Ok(csv)
+}
+
+pub fn write(input: &Path, out: Option<&Path>) -> Result<PathBuf> {
+    let csv = csv_of(input)?;
     let all = read_csv(&csv)?;
     let arms = arms::load(csv.parent().unwrap_or(Path::new(".")))?;
     // The figures read the first arm (the study's baseline); every arm gets its own verdicts.
@@ -258,297 +265,17 @@ pub fn write(input: &Path, out: Option<&Path>) -> Result<PathBuf> {
     let all_buckets = buckets(&rows);
     let finals = finals(&rows);
 
-    let _ = writeln!(w.md, "## Creativity across depth and width (Figure 3)\n");
-    let _ = writeln!(
-        w.md,
-        "Compute is the paper's count, 6·N + 12·L·E·T per token with the LM head left out \
-         (`flops`); `results.csv` also has `flops_with_head`.\n"
-    );
-    for b in &all_buckets {
-        let in_b: Vec<&Row> = rows.iter().filter(|r| r.get("bucket") == b).collect();
-        for (field, stem, what, axis) in [
-            ("n_layer", "depth", "Depth", "depth L"),
-            ("e_over_l", "width", "Width", "E/L"),
-        ] {
-            let distinct: BTreeSet<&str> = in_b.iter().map(|r| r.get(field)).collect();
-            if distinct.len() < 2 {
-                continue;
-            }
-            for best_head in [false, true] {
-                let (heat, data) = flops_heatmap(&in_b, field, tags::CREATIVITY, best_head);
-                let (tag, how) = if best_head {
-                    ("_best_head", "best head count")
-                } else {
-                    ("", "mean over head counts")
-                };
-                let fig = Figure::Heatmap {
-                    title: format!("Creativity by {stem}, bucket {b} ({how})"),
-                    x_label: axis.into(),
-                    y_label: "training FLOPs, LM head excluded".into(),
-                    value_label: "C".into(),
-                    heat,
-                };
-                w.figure(
-                    &format!("{stem}_{b}{tag}"),
-                    &fig,
-                    &data,
-                    &format!("{what} heatmap, bucket {b}: C by {axis} and FLOPs, {how}"),
-                )?;
-            }
-        }
-    }
+    heatmaps(&mut w, &rows, &all_buckets)?;
     let (depth, width) = findings::groups(&rows);
-    for (groups, key, axis, stem, flops) in [
-        (&depth, "n_layer", "depth L", "depth_curve", FLOPS),
-        (
-            &width,
-            "e_over_l",
-            "E/L",
-            "width_curve",
-            findings::FLOPS_WITH_HEAD,
-        ),
-    ] {
-        let mut data = format!("group,{key},common_{flops},c_mean,c_lo,c_hi,runs\n");
-        let mut series = Vec::new();
-        for (b, rs) in groups.iter() {
-            let (common, by) = findings::at_common_compute(rs, key, flops);
-            let mut s = Series::line(b);
-            for (k, v) in by {
-                let m = MeanCi::of(&v);
-                let k = f64::from_bits(k);
-                let _ = writeln!(
-                    data,
-                    "{b},{k},{common:.4e},{},{},{},{}",
-                    m.mean, m.lo, m.hi, m.n
-                );
-                s.push_interval(k, m.mean, m.lo, m.hi);
-            }
-            series.push(s);
-        }
-        if series.is_empty() {
-            continue;
-        }
-        let fig = Figure::Lines {
-            title: format!("Creativity by {axis} at equal compute (mean, 95% CI over seeds)"),
-            x_label: axis.into(),
-            y_label: "C at the largest compute every run reached".into(),
-            series,
-            log_x: key == "n_layer",
-            log_y: false,
-        };
-        w.figure(
-            stem,
-            &fig,
-            &data,
-            &format!(
-                "C against {axis} at equal compute, a line per group: mean over seeds with a \
-                 95% t-interval"
-            ),
-        )?;
-    }
+    curves_at_compute(&mut w, &depth, &width)?;
 
     hop_depth_figures(&mut w, &findings::hop_depth(&depth))?;
 
-    let _ = writeln!(w.md, "## The novelty–utility tradeoff (Figure 4)\n");
-    let mut data = String::from("bucket,constraints,novelty_pooled_mean,lo,hi,runs\n");
-    let mut series = Vec::new();
-    for b in &all_buckets {
-        let mut s = Series::line(b);
-        for c in 0..16 {
-            let v: Vec<f64> = finals
-                .iter()
-                .filter(|r| r.get("bucket") == b)
-                .filter_map(|r| r.num(&tags::novelty_pooled(c)))
-                .collect();
-            if !v.is_empty() {
-                let m = MeanCi::of(&v);
-                let _ = writeln!(data, "{b},{c},{},{},{},{}", m.mean, m.lo, m.hi, m.n);
-                s.push_interval(c as f64, m.mean, m.lo, m.hi);
-            }
-        }
-        series.push(s);
-    }
-    let fig = Figure::Lines {
-        title: "Novelty of valid answers against utility demanded (mean, 95% CI)".into(),
-        x_label: "constraints |I| + |X|".into(),
-        y_label: "pooled novelty / novelty of 1-hop answers".into(),
-        series,
-        log_x: false,
-        log_y: false,
-    };
-    w.figure(
-        "tradeoff",
-        &fig,
-        &data,
-        "Normalised novelty against the number of constraints, a line per bucket: every valid \
-         answer of a constraint count pooled, over the mean of the valid 1-hop answers at that \
-         count; runs at their last epoch, mean and 95% t-interval over runs",
-    )?;
+    tradeoff_figure(&mut w, &finals, &all_buckets)?;
 
-    let _ = writeln!(w.md, "## Error types (Figure 5)\n");
-    for (prefix, stem, what, log) in [
-        (
-            tags::ERR,
-            "errors",
-            "Error types (mean count per run)",
-            true,
-        ),
-        (
-            tags::ROLLUP,
-            "errors_rollup",
-            "Hallucination against invalid path (mean count per run, 95% CI)",
-            false,
-        ),
-    ] {
-        let types: Vec<String> = rows[0]
-            .0
-            .keys()
-            .filter_map(|k| k.strip_prefix(prefix).map(str::to_string))
-            .collect();
-        let mut data = String::from("bucket,error,mean_count,lo,hi,runs\n");
-        let (mut series, mut spread) = (Vec::new(), Vec::new());
-        for b in &all_buckets {
-            let in_b: Vec<&&Row> = finals.iter().filter(|r| r.get("bucket") == b).collect();
-            let ms: Vec<MeanCi> = types
-                .iter()
-                .map(|t| {
-                    let v: Vec<f64> = in_b
-                        .iter()
-                        .filter_map(|r| r.num(&format!("{prefix}{t}")))
-                        .collect();
-                    MeanCi::of(&v)
-                })
-                .collect();
-            for (t, m) in types.iter().zip(&ms) {
-                let _ = writeln!(data, "{b},{t},{},{},{},{}", m.mean, m.lo, m.hi, m.n);
-            }
-            series.push((b.clone(), ms.iter().map(|m| m.mean).collect()));
-            spread.push(
-                ms.iter()
-                    .map(|m| if m.n >= 2 { m.half() } else { 0.0 })
-                    .collect(),
-            );
-        }
-        let fig = Figure::Bars {
-            title: format!("{what}, last epoch"),
-            y_label: if log {
-                "answers (log scale)"
-            } else {
-                "answers"
-            }
-            .into(),
-            categories: types
-                .iter()
-                .map(|t| {
-                    t.replace("hallucinated_", "halluc. ")
-                        .replace("_violation", " viol.")
-                })
-                .collect(),
-            series,
-            spread: (!log).then_some(spread),
-        };
-        w.figure(stem, &fig, &data, &format!("{what}, by bucket"))?;
-    }
+    error_figures(&mut w, &rows, &finals, &all_buckets)?;
 
-    let _ = writeln!(w.md, "## Creativity against compute\n");
-    for (b, rs) in &depth {
-        let mut data = String::from("bucket,n_layer,epoch,flops_mean,c_mean,c_lo,c_hi,runs\n");
-        let mut by: BTreeMap<(u64, u64), Vec<&Row>> = BTreeMap::new();
-        for r in rs {
-            let (Some(l), Some(e)) = (r.num("n_layer"), r.num("epoch")) else {
-                continue;
-            };
-            by.entry((l as u64, e as u64)).or_default().push(r);
-        }
-        let mut series: BTreeMap<u64, Series> = BTreeMap::new();
-        for ((l, e), v) in by {
-            let f: Vec<f64> = v.iter().filter_map(|r| r.num(FLOPS)).collect();
-            let c: Vec<f64> = v.iter().filter_map(|r| r.num(tags::CREATIVITY)).collect();
-            let (fm, m) = (MeanCi::of(&f).mean, MeanCi::of(&c));
-            let _ = writeln!(
-                data,
-                "{b},{l},{e},{fm:.4e},{},{},{},{}",
-                m.mean, m.lo, m.hi, m.n
-            );
-            series
-                .entry(l)
-                .or_insert_with(|| Series::line(&format!("L = {l}")))
-                .push_interval(fm, m.mean, m.lo, m.hi);
-        }
-        let fig = Figure::Lines {
-            title: format!("Creativity against compute by depth, bucket {b} (mean, 95% CI)"),
-            x_label: "training FLOPs, LM head excluded".into(),
-            y_label: "creativity C".into(),
-            series: series.into_values().collect(),
-            log_x: true,
-            log_y: false,
-        };
-        w.figure(
-            &format!("compute_{b}"),
-            &fig,
-            &data,
-            &format!(
-                "C against compute, a line per depth, bucket {b}: mean over seeds at each \
-                 evaluation with a 95% t-interval"
-            ),
-        )?;
-    }
-    against_flops(
-        &mut w,
-        &rows,
-        &all_buckets,
-        tags::CREATIVITY,
-        "creativity C",
-        "creativity_flops",
-    )?;
-
-    if rows.iter().any(|r| r.num(tags::SET_SCORE).is_some()) {
-        let _ = writeln!(w.md, "## Sets of sampled answers (SPEC §7)\n");
-        against_flops(
-            &mut w,
-            &rows,
-            &all_buckets,
-            tags::SET_SCORE,
-            "set score s(S)",
-            "set_score_flops",
-        )?;
-        against_flops(
-            &mut w,
-            &rows,
-            &all_buckets,
-            tags::SET_COVERAGE,
-            "coverage of the valid paths",
-            "coverage_flops",
-        )?;
-        let mut data = String::from("bucket,run,coverage,novelty_valid\n");
-        let mut series = Vec::new();
-        for b in &all_buckets {
-            let mut pts = Vec::new();
-            for r in finals.iter().filter(|r| r.get("bucket") == b) {
-                if let (Some(c), Some(n)) =
-                    (r.num(tags::SET_COVERAGE), r.num(tags::SET_NOVELTY_VALID))
-                {
-                    let _ = writeln!(data, "{b},{},{c},{n}", r.get("run"));
-                    pts.push((c, n));
-                }
-            }
-            series.push(Series::scatter(b, pts));
-        }
-        let fig = Figure::Lines {
-            title: "Novelty against coverage, one point per model".into(),
-            x_label: "coverage of the valid paths".into(),
-            y_label: "mean novelty of valid sampled answers".into(),
-            series,
-            log_x: false,
-            log_y: false,
-        };
-        w.figure(
-            "novelty_coverage",
-            &fig,
-            &data,
-            "The novelty–coverage tradeoff measured on sets: a point per model at its last epoch",
-        )?;
-    }
+    compute_figures(&mut w, &rows, &finals, &depth, &all_buckets)?;
 
     let questions = objectives(&mut w, &rows)?;
 
@@ -605,6 +332,333 @@ pub fn write(input: &Path, out: Option<&Path>) -> Result<PathBuf> {
     let md = out.join("report.md");
     write_atomic(&md, w.md.as_bytes())?;
     Ok(md)
+}
+
+/// Figure 3's heatmaps: C by depth and by width against FLOPs, per bucket, mean over head
+/// counts and at the best head count.
+fn heatmaps(w: &mut Writer, rows: &[Row], all_buckets: &[String]) -> Result<()> {
+    let _ = writeln!(w.md, "## Creativity across depth and width (Figure 3)\n");
+    let _ = writeln!(
+        w.md,
+        "Compute is the paper's count, 6·N + 12·L·E·T per token with the LM head left out \
+     (`flops`); `results.csv` also has `flops_with_head`.\n"
+    );
+    for b in all_buckets {
+        let in_b: Vec<&Row> = rows.iter().filter(|r| r.get("bucket") == b).collect();
+        for (field, stem, what, axis) in [
+            ("n_layer", "depth", "Depth", "depth L"),
+            ("e_over_l", "width", "Width", "E/L"),
+        ] {
+            let distinct: BTreeSet<&str> = in_b.iter().map(|r| r.get(field)).collect();
+            if distinct.len() < 2 {
+                continue;
+            }
+            for best_head in [false, true] {
+                let (heat, data) = flops_heatmap(&in_b, field, tags::CREATIVITY, best_head);
+                let (tag, how) = if best_head {
+                    ("_best_head", "best head count")
+                } else {
+                    ("", "mean over head counts")
+                };
+                let fig = Figure::Heatmap {
+                    title: format!("Creativity by {stem}, bucket {b} ({how})"),
+                    x_label: axis.into(),
+                    y_label: "training FLOPs, LM head excluded".into(),
+                    value_label: "C".into(),
+                    heat,
+                };
+                w.figure(
+                    &format!("{stem}_{b}{tag}"),
+                    &fig,
+                    &data,
+                    &format!("{what} heatmap, bucket {b}: C by {axis} and FLOPs, {how}"),
+                )?;
+            }
+        }
+    }
+    Ok(())
+}
+
+/// C against depth and against E/L at each group's common compute, a line per group.
+fn curves_at_compute(
+    w: &mut Writer,
+    depth: &[findings::Group],
+    width: &[findings::Group],
+) -> Result<()> {
+    for (groups, key, axis, stem, flops) in [
+        (depth, "n_layer", "depth L", "depth_curve", FLOPS),
+        (
+            width,
+            "e_over_l",
+            "E/L",
+            "width_curve",
+            findings::FLOPS_WITH_HEAD,
+        ),
+    ] {
+        let mut data = format!("group,{key},common_{flops},c_mean,c_lo,c_hi,runs\n");
+        let mut series = Vec::new();
+        for (b, rs) in groups.iter() {
+            let (common, by) = findings::at_common_compute(rs, key, flops);
+            let mut s = Series::line(b);
+            for (k, v) in by {
+                let m = MeanCi::of(&v);
+                let k = f64::from_bits(k);
+                let _ = writeln!(
+                    data,
+                    "{b},{k},{common:.4e},{},{},{},{}",
+                    m.mean, m.lo, m.hi, m.n
+                );
+                s.push_interval(k, m.mean, m.lo, m.hi);
+            }
+            series.push(s);
+        }
+        if series.is_empty() {
+            continue;
+        }
+        let fig = Figure::Lines {
+            title: format!("Creativity by {axis} at equal compute (mean, 95% CI over seeds)"),
+            x_label: axis.into(),
+            y_label: "C at the largest compute every run reached".into(),
+            series,
+            log_x: key == "n_layer",
+            log_y: false,
+        };
+        w.figure(
+            stem,
+            &fig,
+            &data,
+            &format!(
+                "C against {axis} at equal compute, a line per group: mean over seeds with a \
+                 95% t-interval"
+            ),
+        )?;
+    }
+
+    Ok(())
+}
+
+/// Figure 4: pooled normalised novelty against the number of constraints, a line per bucket.
+fn tradeoff_figure(w: &mut Writer, finals: &[&Row], all_buckets: &[String]) -> Result<()> {
+    let _ = writeln!(w.md, "## The novelty–utility tradeoff (Figure 4)\n");
+    let mut data = String::from("bucket,constraints,novelty_pooled_mean,lo,hi,runs\n");
+    let mut series = Vec::new();
+    for b in all_buckets {
+        let mut s = Series::line(b);
+        for c in 0..16 {
+            let v: Vec<f64> = finals
+                .iter()
+                .filter(|r| r.get("bucket") == b)
+                .filter_map(|r| r.num(&tags::novelty_pooled(c)))
+                .collect();
+            if !v.is_empty() {
+                let m = MeanCi::of(&v);
+                let _ = writeln!(data, "{b},{c},{},{},{},{}", m.mean, m.lo, m.hi, m.n);
+                s.push_interval(c as f64, m.mean, m.lo, m.hi);
+            }
+        }
+        series.push(s);
+    }
+    let fig = Figure::Lines {
+        title: "Novelty of valid answers against utility demanded (mean, 95% CI)".into(),
+        x_label: "constraints |I| + |X|".into(),
+        y_label: "pooled novelty / novelty of 1-hop answers".into(),
+        series,
+        log_x: false,
+        log_y: false,
+    };
+    w.figure(
+        "tradeoff",
+        &fig,
+        &data,
+        "Normalised novelty against the number of constraints, a line per bucket: every valid \
+         answer of a constraint count pooled, over the mean of the valid 1-hop answers at that \
+         count; runs at their last epoch, mean and 95% t-interval over runs",
+    )?;
+    Ok(())
+}
+
+/// Figure 5: each error type's mean count per run, and the hallucination/invalid-path roll-up.
+fn error_figures(
+    w: &mut Writer,
+    rows: &[Row],
+    finals: &[&Row],
+    all_buckets: &[String],
+) -> Result<()> {
+    let _ = writeln!(w.md, "## Error types (Figure 5)\n");
+    for (prefix, stem, what, log) in [
+        (
+            tags::ERR,
+            "errors",
+            "Error types (mean count per run)",
+            true,
+        ),
+        (
+            tags::ROLLUP,
+            "errors_rollup",
+            "Hallucination against invalid path (mean count per run, 95% CI)",
+            false,
+        ),
+    ] {
+        let types: Vec<String> = rows[0]
+            .0
+            .keys()
+            .filter_map(|k| k.strip_prefix(prefix).map(str::to_string))
+            .collect();
+        let mut data = String::from("bucket,error,mean_count,lo,hi,runs\n");
+        let (mut series, mut spread) = (Vec::new(), Vec::new());
+        for b in all_buckets {
+            let in_b: Vec<&&Row> = finals.iter().filter(|r| r.get("bucket") == b).collect();
+            let ms: Vec<MeanCi> = types
+                .iter()
+                .map(|t| {
+                    let v: Vec<f64> = in_b
+                        .iter()
+                        .filter_map(|r| r.num(&format!("{prefix}{t}")))
+                        .collect();
+                    MeanCi::of(&v)
+                })
+                .collect();
+            for (t, m) in types.iter().zip(&ms) {
+                let _ = writeln!(data, "{b},{t},{},{},{},{}", m.mean, m.lo, m.hi, m.n);
+            }
+            series.push((b.clone(), ms.iter().map(|m| m.mean).collect()));
+            spread.push(
+                ms.iter()
+                    .map(|m| if m.n >= 2 { m.half() } else { 0.0 })
+                    .collect(),
+            );
+        }
+        let fig = Figure::Bars {
+            title: format!("{what}, last epoch"),
+            y_label: if log {
+                "answers (log scale)"
+            } else {
+                "answers"
+            }
+            .into(),
+            categories: types
+                .iter()
+                .map(|t| {
+                    t.replace("hallucinated_", "halluc. ")
+                        .replace("_violation", " viol.")
+                })
+                .collect(),
+            series,
+            spread: (!log).then_some(spread),
+        };
+        w.figure(stem, &fig, &data, &format!("{what}, by bucket"))?;
+    }
+    Ok(())
+}
+
+/// C against compute per depth and bucket, every figure against FLOPs, and the set figures.
+fn compute_figures(
+    w: &mut Writer,
+    rows: &[Row],
+    finals: &[&Row],
+    depth: &[findings::Group],
+    all_buckets: &[String],
+) -> Result<()> {
+    let _ = writeln!(w.md, "## Creativity against compute\n");
+    for (b, rs) in depth {
+        let mut data = String::from("bucket,n_layer,epoch,flops_mean,c_mean,c_lo,c_hi,runs\n");
+        let mut by: BTreeMap<(u64, u64), Vec<&Row>> = BTreeMap::new();
+        for r in rs {
+            let (Some(l), Some(e)) = (r.num("n_layer"), r.num("epoch")) else {
+                continue;
+            };
+            by.entry((l as u64, e as u64)).or_default().push(r);
+        }
+        let mut series: BTreeMap<u64, Series> = BTreeMap::new();
+        for ((l, e), v) in by {
+            let f: Vec<f64> = v.iter().filter_map(|r| r.num(FLOPS)).collect();
+            let c: Vec<f64> = v.iter().filter_map(|r| r.num(tags::CREATIVITY)).collect();
+            let (fm, m) = (MeanCi::of(&f).mean, MeanCi::of(&c));
+            let _ = writeln!(
+                data,
+                "{b},{l},{e},{fm:.4e},{},{},{},{}",
+                m.mean, m.lo, m.hi, m.n
+            );
+            series
+                .entry(l)
+                .or_insert_with(|| Series::line(&format!("L = {l}")))
+                .push_interval(fm, m.mean, m.lo, m.hi);
+        }
+        let fig = Figure::Lines {
+            title: format!("Creativity against compute by depth, bucket {b} (mean, 95% CI)"),
+            x_label: "training FLOPs, LM head excluded".into(),
+            y_label: "creativity C".into(),
+            series: series.into_values().collect(),
+            log_x: true,
+            log_y: false,
+        };
+        w.figure(
+            &format!("compute_{b}"),
+            &fig,
+            &data,
+            &format!(
+                "C against compute, a line per depth, bucket {b}: mean over seeds at each \
+                 evaluation with a 95% t-interval"
+            ),
+        )?;
+    }
+    against_flops(
+        w,
+        rows,
+        all_buckets,
+        tags::CREATIVITY,
+        "creativity C",
+        "creativity_flops",
+    )?;
+
+    if rows.iter().any(|r| r.num(tags::SET_SCORE).is_some()) {
+        let _ = writeln!(w.md, "## Sets of sampled answers (SPEC §7)\n");
+        against_flops(
+            w,
+            rows,
+            all_buckets,
+            tags::SET_SCORE,
+            "set score s(S)",
+            "set_score_flops",
+        )?;
+        against_flops(
+            w,
+            rows,
+            all_buckets,
+            tags::SET_COVERAGE,
+            "coverage of the valid paths",
+            "coverage_flops",
+        )?;
+        let mut data = String::from("bucket,run,coverage,novelty_valid\n");
+        let mut series = Vec::new();
+        for b in all_buckets {
+            let mut pts = Vec::new();
+            for r in finals.iter().filter(|r| r.get("bucket") == b) {
+                if let (Some(c), Some(n)) =
+                    (r.num(tags::SET_COVERAGE), r.num(tags::SET_NOVELTY_VALID))
+                {
+                    let _ = writeln!(data, "{b},{},{c},{n}", r.get("run"));
+                    pts.push((c, n));
+                }
+            }
+            series.push(Series::scatter(b, pts));
+        }
+        let fig = Figure::Lines {
+            title: "Novelty against coverage, one point per model".into(),
+            x_label: "coverage of the valid paths".into(),
+            y_label: "mean novelty of valid sampled answers".into(),
+            series,
+            log_x: false,
+            log_y: false,
+        };
+        w.figure(
+            "novelty_coverage",
+            &fig,
+            &data,
+            "The novelty–coverage tradeoff measured on sets: a point per model at its last epoch",
+        )?;
+    }
+    Ok(())
 }
 
 /// Creativity by hop count, a line per depth (mean, 95% CI over runs at their last

@@ -8,7 +8,7 @@ use serde_json::{Value, json};
 
 use crate::report::Row;
 use crate::report::findings::{FLOPS, all_of, at_compute, ci_json, finals};
-use crate::report::stats::MeanCi;
+use crate::report::stats::{MeanCi, welch_diff, welch_of};
 use crate::tags;
 
 /// A question's answer.
@@ -123,53 +123,6 @@ pub fn cells(rows: &[Row]) -> Cells<'_> {
     c
 }
 
-/// The difference of two means with its 95% Welch interval (`n` is the smaller group's).
-pub fn diff(a: &[f64], b: &[f64]) -> MeanCi {
-    diff_of(&[(a, 1.0), (b, -1.0)])
-}
-
-/// Σ sign·mean over groups with a 95% interval from their summed variances of the mean, on
-/// the Welch–Satterthwaite degrees of freedom: a difference, or a difference of differences.
-fn diff_of(groups: &[(&[f64], f64)]) -> MeanCi {
-    let mean_var = |v: &[f64]| {
-        let n = v.len() as f64;
-        let m = v.iter().sum::<f64>() / n;
-        let var = v.iter().map(|x| (x - m).powi(2)).sum::<f64>() / (n - 1.0);
-        (m, var / n)
-    };
-    let n = groups.iter().map(|(v, _)| v.len()).min().unwrap_or(0);
-    if n < 2 {
-        let mean = groups
-            .iter()
-            .map(|(v, s)| s * v.iter().sum::<f64>() / v.len().max(1) as f64)
-            .sum();
-        return MeanCi {
-            mean,
-            lo: f64::NAN,
-            hi: f64::NAN,
-            n,
-        };
-    }
-    let parts: Vec<(f64, f64, f64)> = groups
-        .iter()
-        .map(|(v, s)| {
-            let (m, w) = mean_var(v);
-            (s * m, w, v.len() as f64 - 1.0)
-        })
-        .collect();
-    let mean: f64 = parts.iter().map(|p| p.0).sum();
-    let w: f64 = parts.iter().map(|p| p.1).sum();
-    let df_den: f64 = parts.iter().map(|p| p.1 * p.1 / p.2).sum();
-    let df = if df_den > 0.0 { w * w / df_den } else { 1.0 };
-    let half = crate::report::stats::t975(df.floor().max(1.0) as usize) * w.sqrt();
-    MeanCi {
-        mean,
-        lo: mean - half,
-        hi: mean + half,
-        n,
-    }
-}
-
 fn show(m: &MeanCi) -> String {
     format!("{:+.3} [{:+.3}, {:+.3}]", m.mean, m.lo, m.hi)
 }
@@ -212,7 +165,7 @@ fn teacherless_greedy(cells: &Cells) -> Question {
         let (Some(ntp), Some(tl)) = (by.get(&Setting::NTP), by.get(&TL)) else {
             continue;
         };
-        let epochs = diff(&last(tl, tags::CREATIVITY), &last(ntp, tags::CREATIVITY));
+        let epochs = welch_diff(&last(tl, tags::CREATIVITY), &last(ntp, tags::CREATIVITY));
         let both: Vec<&Row> = ntp.iter().chain(tl.iter()).copied().collect();
         let (common, at) = at_compute(&both, FLOPS);
         let c_at = |s: Setting| -> Vec<f64> {
@@ -221,7 +174,7 @@ fn teacherless_greedy(cells: &Cells) -> Question {
                 .map(|(_, c)| *c)
                 .collect()
         };
-        let compute = diff(&c_at(TL), &c_at(Setting::NTP));
+        let compute = welch_diff(&c_at(TL), &c_at(Setting::NTP));
         answers.push(Answer::of(&epochs));
         answers.push(Answer::of(&compute));
         stat.push(format!(
@@ -274,8 +227,8 @@ fn hash_sets(cells: &Cells) -> Question {
             let (Some(p), Some(h)) = (by.get(&plain), by.get(&hashed)) else {
                 continue;
             };
-            let score = diff(&last(h, tags::SET_SCORE), &last(p, tags::SET_SCORE));
-            let coverage = diff(&last(h, tags::SET_COVERAGE), &last(p, tags::SET_COVERAGE));
+            let score = welch_diff(&last(h, tags::SET_SCORE), &last(p, tags::SET_SCORE));
+            let coverage = welch_diff(&last(h, tags::SET_COVERAGE), &last(p, tags::SET_COVERAGE));
             if score.n == 0 || coverage.n == 0 {
                 continue;
             }
@@ -329,7 +282,7 @@ fn where_gain(cells: &Cells) -> Question {
             // The change of one figure at the last evaluation, this setting against NTP.
             let change = |get: &dyn Fn(&Row) -> Option<f64>| {
                 let of = |rs: &[&Row]| rs.iter().filter_map(|r| get(r)).collect::<Vec<f64>>();
-                diff(&of(&f), &of(&base))
+                welch_diff(&of(&f), &of(&base))
             };
             let hop1 = tags::creativity_by_hop(1);
             let d1 = change(&|r| r.num(&hop1));
@@ -394,7 +347,7 @@ fn depth_interaction(cells: &Cells) -> Question {
         if lo.0 == hi.0 {
             continue;
         }
-        let d = diff_of(&[(&hi.1, 1.0), (&hi.2, -1.0), (&lo.1, -1.0), (&lo.2, 1.0)]);
+        let d = welch_of(&[(&hi.1, 1.0), (&hi.2, -1.0), (&lo.1, -1.0), (&lo.2, 1.0)]).0;
         answers.push(if d.above_zero() || d.below_zero() {
             Answer::Supported
         } else {
@@ -408,7 +361,7 @@ fn depth_interaction(cells: &Cells) -> Question {
         ));
         numbers.push(json!({
             "bucket": bucket, "shallow": lo.0, "deep": hi.0,
-            "shallow_diff": ci_json(&diff(&lo.1, &lo.2)), "deep_diff": ci_json(&diff(&hi.1, &hi.2)),
+            "shallow_diff": ci_json(&welch_diff(&lo.1, &lo.2)), "deep_diff": ci_json(&welch_diff(&hi.1, &hi.2)),
             "difference_of_differences": ci_json(&d),
         }));
     }
@@ -454,7 +407,7 @@ mod tests {
     #[test]
     fn welch_interval_by_hand() {
         // Means 2 and 5, variances 1: se = √(2/3), df = (2/3)² / (2·(1/3)²/2) = 4, t = 2.776.
-        let d = diff(&[1.0, 2.0, 3.0], &[4.0, 5.0, 6.0]);
+        let d = welch_diff(&[1.0, 2.0, 3.0], &[4.0, 5.0, 6.0]);
         assert!((d.mean + 3.0).abs() < 1e-12);
         assert!(
             (d.half() - 2.776 * (2.0f64 / 3.0).sqrt()).abs() < 1e-9,
@@ -462,10 +415,10 @@ mod tests {
         );
         assert_eq!(Answer::of(&d), Answer::NotSupported);
         assert_eq!(
-            Answer::of(&diff(&[1.0, 3.0], &[2.0, 2.5])),
+            Answer::of(&welch_diff(&[1.0, 3.0], &[2.0, 2.5])),
             Answer::Inconclusive
         );
-        assert!(diff(&[1.0], &[2.0]).lo.is_nan());
+        assert!(welch_diff(&[1.0], &[2.0]).lo.is_nan());
     }
 
     /// Teacherless ahead by 1 at both depths (at 16 epochs, and at NTP's compute on a curve

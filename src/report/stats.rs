@@ -61,38 +61,109 @@ impl MeanCi {
     }
 }
 
+/// The difference of two means, a − b, with its 95% Welch interval (`n` is the smaller
+/// group's).
+pub fn welch_diff(a: &[f64], b: &[f64]) -> MeanCi {
+    welch_of(&[(a, 1.0), (b, -1.0)]).0
+}
+
+/// [`welch_diff`] with its Welch–Satterthwaite degrees of freedom.
+pub fn welch(a: &[f64], b: &[f64]) -> (MeanCi, f64) {
+    welch_of(&[(a, 1.0), (b, -1.0)])
+}
+
+/// Σ sign·mean over groups with a 95% interval from their summed variances of the mean, on
+/// the Welch–Satterthwaite degrees of freedom: a difference, or a difference of differences.
+/// The interval's t uses the degrees of freedom rounded down (conservative); they are returned
+/// beside it (NaN under two values a group).
+pub fn welch_of(groups: &[(&[f64], f64)]) -> (MeanCi, f64) {
+    let mean_var = |v: &[f64]| {
+        let n = v.len() as f64;
+        let m = v.iter().sum::<f64>() / n;
+        let var = v.iter().map(|x| (x - m).powi(2)).sum::<f64>() / (n - 1.0);
+        (m, var / n)
+    };
+    let n = groups.iter().map(|(v, _)| v.len()).min().unwrap_or(0);
+    if n < 2 {
+        let mean = groups
+            .iter()
+            .map(|(v, s)| s * v.iter().sum::<f64>() / v.len().max(1) as f64)
+            .sum();
+        let nan = f64::NAN;
+        let m = MeanCi {
+            mean,
+            lo: nan,
+            hi: nan,
+            n,
+        };
+        return (m, nan);
+    }
+    let parts: Vec<(f64, f64, f64)> = groups
+        .iter()
+        .map(|(v, s)| {
+            let (m, w) = mean_var(v);
+            (s * m, w, v.len() as f64 - 1.0)
+        })
+        .collect();
+    let mean: f64 = parts.iter().map(|p| p.0).sum();
+    let w: f64 = parts.iter().map(|p| p.1).sum();
+    let df_den: f64 = parts.iter().map(|p| p.1 * p.1 / p.2).sum();
+    let df = if df_den > 0.0 { w * w / df_den } else { 1.0 };
+    let half = t975(df.floor().max(1.0) as usize) * w.sqrt();
+    let m = MeanCi {
+        mean,
+        lo: mean - half,
+        hi: mean + half,
+        n,
+    };
+    (m, df)
+}
+
 /// A curve's value at `x`, linear in log x between its points (sorted by x); None outside.
 pub fn at_log_x(points: &[(f64, f64)], x: f64) -> Option<f64> {
-    let lx = x.ln();
+    let (i, j) = around(points, x)?;
+    let ((x0, y0), (x1, y1)) = (points[i], points[j]);
+    if i == j {
+        return Some(y0);
+    }
+    let (a, b) = (x0.ln(), x1.ln());
+    let t = if b > a { (x.ln() - a) / (b - a) } else { 1.0 };
+    Some(y0 + t * (y1 - y0))
+}
+
+/// The points [`at_log_x`] reads at `x`: the first window of two that holds it, else a point
+/// at `x` alone (twice).
+pub fn around(points: &[(f64, f64)], x: f64) -> Option<(usize, usize)> {
     points
         .windows(2)
-        .find_map(|w| {
-            let ((x0, y0), (x1, y1)) = (w[0], w[1]);
-            if x0 <= x && x <= x1 {
-                let (a, b) = (x0.ln(), x1.ln());
-                let t = if b > a { (lx - a) / (b - a) } else { 1.0 };
-                Some(y0 + t * (y1 - y0))
-            } else {
-                None
-            }
-        })
-        .or_else(|| points.iter().find(|p| p.0 == x).map(|p| p.1))
+        .position(|w| w[0].0 <= x && x <= w[1].0)
+        .map(|i| (i, i + 1))
+        .or_else(|| points.iter().position(|p| p.0 == x).map(|i| (i, i)))
 }
 
 /// Bootstrap over seeds: resample each setting's values with replacement `b` times and count
 /// how often each setting has the highest mean (a tie shares the win). Returns the fraction per
 /// setting. Seeded, so the same values give the same fractions.
 pub fn bootstrap_best(groups: &[Vec<f64>], b: usize, seed: u64) -> Vec<f64> {
+    let cells: Vec<Vec<Vec<f64>>> = groups.iter().map(|g| vec![g.clone()]).collect();
+    bootstrap_best_of(&cells, b, seed)
+}
+
+/// [`bootstrap_best`] where a setting holds several cells (a depth's head counts), each
+/// resampled alone, and the setting scores its best cell's mean.
+pub fn bootstrap_best_of(settings: &[Vec<Vec<f64>>], b: usize, seed: u64) -> Vec<f64> {
     let mut rng = stream(seed, Purpose::Sampling, 0);
-    let mut wins = vec![0f64; groups.len()];
-    let mut means = vec![f64::NEG_INFINITY; groups.len()];
+    let mut wins = vec![0f64; settings.len()];
+    let mut means = vec![f64::NEG_INFINITY; settings.len()];
     for _ in 0..b {
-        for (m, g) in means.iter_mut().zip(groups) {
-            if !g.is_empty() {
-                *m = (0..g.len())
+        for (m, cells) in means.iter_mut().zip(settings) {
+            *m = f64::NEG_INFINITY;
+            for g in cells.iter().filter(|g| !g.is_empty()) {
+                let mean = (0..g.len())
                     .map(|_| g[rng.random_range(0..g.len())])
                     .sum::<f64>()
                     / g.len() as f64;
+                *m = m.max(mean);
             }
         }
         let top = means.iter().copied().fold(f64::NEG_INFINITY, f64::max);

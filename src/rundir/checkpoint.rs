@@ -19,6 +19,9 @@ const LATEST: &str = "latest";
 #[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq)]
 pub struct TrainerState {
     pub lab_version: String,
+    /// The code that wrote this checkpoint (absent in checkpoints from before it was recorded).
+    #[serde(default)]
+    pub code: Option<crate::code::Code>,
     /// `Config::run_hash` of the run; a different config cannot resume it.
     pub run_hash: String,
     /// Optimizer steps taken.

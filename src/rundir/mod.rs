@@ -9,6 +9,7 @@ use std::path::{Path, PathBuf};
 use anyhow::{Context, Result};
 use serde::{Deserialize, Serialize};
 
+use crate::code::Code;
 use crate::model::GptConfig;
 
 /// Written when every epoch is trained and evaluated: the trainer state at the end.
@@ -53,6 +54,12 @@ pub struct RunInfo {
     pub non_embedding_params: u64,
     pub steps_per_epoch: u64,
     pub total_steps: u64,
+    /// The code that started the run (absent in runs from before it was recorded).
+    #[serde(default)]
+    pub code: Option<Code>,
+    /// Each other code that resumed it, in order.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub resumed_by: Vec<Code>,
 }
 
 pub fn read_run_info(run_dir: &Path) -> Result<RunInfo> {

@@ -4,9 +4,10 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 
-use anyhow::Result;
+use anyhow::{Context, Result};
 use serde_json::Value;
 
+use crate::code::Code;
 use crate::config::Config;
 use crate::eval::summary::{Cell, Summary};
 use crate::fsutil::write_atomic;
@@ -79,7 +80,8 @@ pub fn bucket_label(sweep: &str, target: Option<u64>) -> String {
     }
 }
 
-type Record = Vec<(String, Value)>;
+/// A row of `results.csv` as (column, value) pairs.
+pub type Record = Vec<(String, Value)>;
 
 /// Normalised novelty per constraint count (level − 1), pooled over hops: the mean novelty of
 /// every valid answer at that count over the mean of its valid 1-hop answers (SPEC §9).
@@ -116,9 +118,97 @@ fn creativity_by_hop(s: &Summary) -> Vec<(u32, f64)> {
         .collect()
 }
 
+/// `eval/figures.jsonl` of an exported run: one line an evaluation, its `epoch` and the figures
+/// collect derives from its summary, so that a study commits them without the summaries.
+pub const FIGURES: &str = "figures.jsonl";
+
+/// The figures collect derives from an evaluation's summary: the error rollup, normalised
+/// novelty per constraint count (per hop and pooled), and C per hop.
+pub fn derived(s: &Summary) -> Record {
+    let mut r: Record = Vec::new();
+    for (k, v) in &s.figures.rollup {
+        r.push((tags::rollup(k), (*v).into()));
+    }
+    for (c, v) in novelty_norm_by_constraints(s) {
+        r.push((tags::novelty_norm(c), v.into()));
+    }
+    for (c, v) in novelty_pooled_by_constraints(s) {
+        r.push((tags::novelty_pooled(c), v.into()));
+    }
+    for (h, v) in creativity_by_hop(s) {
+        r.push((tags::creativity_by_hop(h), v.into()));
+    }
+    r
+}
+
+/// `eval/figures.jsonl`'s text for these evaluations.
+pub fn figures_jsonl(by_epoch: &BTreeMap<u64, Record>) -> String {
+    let mut text = String::new();
+    for (epoch, figures) in by_epoch {
+        let mut line = serde_json::Map::new();
+        line.insert("epoch".into(), (*epoch).into());
+        line.extend(figures.iter().cloned());
+        text += &Value::Object(line).to_string();
+        text.push('\n');
+    }
+    text
+}
+
+/// A run's derived figures by epoch: from `eval/figures.jsonl` where an export wrote it, else
+/// from each evaluated epoch's summary.
+pub fn derived_by_epoch(dir: &Path) -> Result<BTreeMap<u64, Record>> {
+    let eval = dir.join(rundir::EVAL);
+    let figures = eval.join(FIGURES);
+    let mut out = BTreeMap::new();
+    if figures.exists() {
+        let text = std::fs::read_to_string(&figures)
+            .with_context(|| format!("{}: cannot read", figures.display()))?;
+        for (i, line) in text.lines().enumerate() {
+            let bad = || {
+                format!(
+                    "{}: line {}: not an evaluation's figures",
+                    figures.display(),
+                    i + 1
+                )
+            };
+            let mut m: serde_json::Map<String, Value> =
+                serde_json::from_str(line).with_context(bad)?;
+            let epoch = m
+                .remove("epoch")
+                .and_then(|e| e.as_u64())
+                .with_context(bad)?;
+            out.insert(epoch, m.into_iter().collect());
+        }
+        return Ok(out);
+    }
+    for line in metrics::read_lines(dir)? {
+        if !line.contains_key(tags::VAL_LOSS) {
+            continue;
+        }
+        let Some(epoch) = line.get("epoch").and_then(Value::as_u64) else {
+            continue;
+        };
+        let path = rundir::summary_path(dir, epoch);
+        if let Ok(text) = std::fs::read_to_string(&path)
+            && let Ok(s) = serde_json::from_str::<Summary>(&text)
+        {
+            out.insert(epoch, derived(&s));
+        }
+    }
+    Ok(out)
+}
+
 /// The rows of one run: one per evaluated epoch, read from its directory `row.dir`.
-fn records(sweep: &str, bucket: &str, row: &PlanRow, cfg: &Config) -> Result<Vec<Record>> {
+/// `code` is the code that trained it, where the run recorded it.
+fn records(
+    sweep: &str,
+    bucket: &str,
+    row: &PlanRow,
+    cfg: &Config,
+    code: Option<&Code>,
+) -> Result<Vec<Record>> {
     let lines = metrics::read_lines(&row.dir)?;
+    let derived = derived_by_epoch(&row.dir)?;
     let mut out = Vec::new();
     for line in lines.into_iter().filter(|l| l.contains_key(tags::VAL_LOSS)) {
         let epoch = line.get("epoch").and_then(Value::as_u64).unwrap_or(0);
@@ -148,6 +238,9 @@ fn records(sweep: &str, bucket: &str, row: &PlanRow, cfg: &Config) -> Result<Vec
         if cfg.train.hash_draw == crate::config::HashDraw::Once {
             r.push(("hash_draw".into(), "once".into()));
         }
+        if let Some(c) = code {
+            r.push(("commit".into(), c.label().into()));
+        }
         for (k, v) in &row.axes {
             r.push((
                 format!("axis:{k}"),
@@ -162,22 +255,8 @@ fn records(sweep: &str, bucket: &str, row: &PlanRow, cfg: &Config) -> Result<Vec
         for (k, v) in &line {
             r.push((k.clone(), v.clone()));
         }
-        let summary_path = rundir::summary_path(&row.dir, epoch);
-        if let Ok(text) = std::fs::read_to_string(&summary_path)
-            && let Ok(s) = serde_json::from_str::<Summary>(&text)
-        {
-            for (k, v) in &s.figures.rollup {
-                r.push((tags::rollup(k), (*v).into()));
-            }
-            for (c, v) in novelty_norm_by_constraints(&s) {
-                r.push((tags::novelty_norm(c), v.into()));
-            }
-            for (c, v) in novelty_pooled_by_constraints(&s) {
-                r.push((tags::novelty_pooled(c), v.into()));
-            }
-            for (h, v) in creativity_by_hop(&s) {
-                r.push((tags::creativity_by_hop(h), v.into()));
-            }
+        if let Some(figures) = derived.get(&epoch) {
+            r.extend(figures.iter().cloned());
         }
         out.push(r);
     }
@@ -228,7 +307,14 @@ pub fn collect(sweep: &Sweep, plan: &[PlanRow]) -> Result<Collected> {
             continue;
         }
         let bucket = bucket_label(&sweep.spec.name, planned.target);
-        let rs = records(&sweep.spec.name, &bucket, row, &planned.config)?;
+        let code = rundir::read_run_info(&row.dir).ok().and_then(|i| i.code);
+        let rs = records(
+            &sweep.spec.name,
+            &bucket,
+            row,
+            &planned.config,
+            code.as_ref(),
+        )?;
         if rs.is_empty() {
             left_out.push((row.run.clone(), "no evaluated epoch yet".into()));
         }
@@ -249,7 +335,13 @@ pub fn collect_results(results: &Path) -> Result<Collected> {
     let mut left_out = Vec::new();
     for (meta, dir) in export::runs(results)? {
         let cfg = Config::load(&dir.join(rundir::CONFIG))?;
-        let rs = records(&meta.sweep, &meta.bucket, &meta.plan, &cfg)?;
+        let rs = records(
+            &meta.sweep,
+            &meta.bucket,
+            &meta.plan,
+            &cfg,
+            meta.code.as_ref(),
+        )?;
         if rs.is_empty() {
             left_out.push((meta.plan.run.clone(), "no evaluated epoch".into()));
         }

@@ -1,20 +1,58 @@
 //! A sweep's committed results (`results = DIR` in its spec): each finished run's small files
-//! (config, metrics, eval summaries, gzipped answers) copied to `DIR/runs/<run>/`, so that a
-//! study lives in git, is collected from there, and is never trained twice.
+//! written to `DIR/runs/<run>/` in the committed layout (docs/RESULTS.md), so that a study lives
+//! in git, is collected from there, and is never trained twice.
 
-use std::io::Write as _;
+use std::collections::BTreeSet;
+use std::io::{Read as _, Write as _};
 use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result};
 use flate2::Compression;
+use flate2::read::GzDecoder;
 use flate2::write::GzEncoder;
 use serde::{Deserialize, Serialize};
 
+use crate::code::Code;
 use crate::fsutil::{StagingDir, write_atomic};
-use crate::rundir::{CONFIG, DONE};
+use crate::rundir::{self, CONFIG, DONE, EVAL};
 use crate::sweep::PlanRow;
-use crate::sweep::spec::{Keep, KeepAnswers};
+use crate::sweep::collect::{self, FIGURES};
 use crate::tags;
+use crate::train::metrics;
+
+/// What `lab sweep export` writes of a finished run (docs/RESULTS.md): a study of a hundred
+/// runs would add hundreds of MB to every clone with every answer and every step's metrics.
+#[derive(Clone, Debug, Deserialize, PartialEq, Eq)]
+#[serde(deny_unknown_fields, default)]
+pub struct Keep {
+    /// Greedy answers of every evaluated epoch (`all`), of the last one (`last`), or `none`;
+    /// `lab sweep slim` later keeps only those a verdict or figure reads.
+    pub answers: KeepAnswers,
+    /// Keep one in N training lines of `metrics.jsonl` besides every evaluation's line (0:
+    /// none; no figure plots them).
+    pub metrics_every: u64,
+    /// Keep the sampled answers of the epochs whose greedy answers are kept (a third of a MB
+    /// a run; the set figures they give are in the metrics).
+    pub samples: bool,
+}
+
+impl Default for Keep {
+    fn default() -> Keep {
+        Keep {
+            answers: KeepAnswers::All,
+            metrics_every: 0,
+            samples: false,
+        }
+    }
+}
+
+#[derive(Clone, Copy, Debug, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "lowercase")]
+pub enum KeepAnswers {
+    All,
+    Last,
+    None,
+}
 
 /// Written last into an exported run: its presence means the export is complete.
 pub const META: &str = "run.meta.json";
@@ -26,6 +64,9 @@ pub struct Meta {
     /// The run's group in the figures: its bucket (`1M`) or the sweep's name.
     pub bucket: String,
     pub plan: PlanRow,
+    /// The code that trained the run, from its `run.json` (absent in older exports).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub code: Option<Code>,
 }
 
 /// `DIR/runs/<run>/`.
@@ -66,9 +107,10 @@ fn answer_lines(bytes: Vec<u8>) -> Result<Vec<u8>> {
     Ok(out.into_bytes())
 }
 
-/// Every evaluation's line of `metrics.jsonl`, and the first of every `every` training lines.
+/// Every evaluation's line of `metrics.jsonl`, and the first of every `every` training lines
+/// (none for 0).
 fn thin_metrics(bytes: Vec<u8>, every: u64) -> Result<Vec<u8>> {
-    if every <= 1 {
+    if every == 1 {
         return Ok(bytes);
     }
     let text = String::from_utf8(bytes).context("metrics.jsonl: not UTF-8")?;
@@ -78,7 +120,7 @@ fn thin_metrics(bytes: Vec<u8>, every: u64) -> Result<Vec<u8>> {
         let v: serde_json::Value =
             serde_json::from_str(line).context("metrics.jsonl: a line is not JSON")?;
         let eval = v.get(tags::VAL_LOSS).is_some();
-        if eval || train_lines.is_multiple_of(every) {
+        if eval || every > 0 && train_lines.is_multiple_of(every) {
             out.push_str(line);
             out.push('\n');
         }
@@ -89,64 +131,116 @@ fn thin_metrics(bytes: Vec<u8>, every: u64) -> Result<Vec<u8>> {
     Ok(out.into_bytes())
 }
 
-/// Copy a finished run's small files from `meta.plan.dir` into `results`, replacing an older
-/// export of it: `config.toml`, `metrics.jsonl` (thinned as `keep` says), every
-/// `eval/epoch-NN[.tune].summary.json`, the scored answers `eval/epoch-NN.jsonl.gz` that `keep`
-/// keeps, and the final `trainer_state.json`.
+/// An evaluation's answers in a run directory (`eval/<stem>.jsonl`) or an exported run
+/// (`eval/<stem>.jsonl.gz`), as plain bytes; None where it kept none.
+fn read_answers(dir: &Path, stem: &str) -> Result<Option<Vec<u8>>> {
+    let plain = dir.join(EVAL).join(format!("{stem}.jsonl"));
+    if plain.exists() {
+        return Ok(Some(
+            std::fs::read(&plain).with_context(|| format!("{}: cannot read", plain.display()))?,
+        ));
+    }
+    let gz = plain.with_extension("jsonl.gz");
+    if !gz.exists() {
+        return Ok(None);
+    }
+    let mut bytes = Vec::new();
+    GzDecoder::new(
+        std::fs::File::open(&gz).with_context(|| format!("{}: cannot read", gz.display()))?,
+    )
+    .read_to_end(&mut bytes)
+    .with_context(|| format!("{}: not gzip", gz.display()))?;
+    Ok(Some(bytes))
+}
+
+/// Write a run's committed files from `src` (a run directory, or an exported run) into `dst`:
+/// `config.toml`, `trainer_state.json`, `metrics.jsonl` thinned as `keep` says,
+/// `eval/figures.jsonl`, the last evaluation's tuning-split summary without its per-hop × level
+/// table (selection can read it),
+/// and the answers (`{"id", "output"}` lines, gzipped) of the epochs in `answers` and the last
+/// epoch, or of those `keep.answers` names where `answers` is None.
+pub fn write_layout(
+    src: &Path,
+    dst: &Path,
+    keep: &Keep,
+    answers: Option<&BTreeSet<u64>>,
+) -> Result<()> {
+    let put = |to: &str, bytes: &[u8]| write_atomic(&dst.join(to), bytes);
+    let read = |from: &Path| {
+        std::fs::read(from).with_context(|| format!("{}: cannot read", from.display()))
+    };
+    put(CONFIG, &read(&src.join(CONFIG))?)?;
+    // The final trainer state (steps, tokens, FLOPs, training seconds): what the run cost.
+    for state in [DONE, "trainer_state.json"] {
+        if src.join(state).exists() {
+            put("trainer_state.json", &read(&src.join(state))?)?;
+            break;
+        }
+    }
+    let epochs: Vec<u64> = metrics::read_lines(src)?
+        .iter()
+        .filter(|l| l.contains_key(tags::VAL_LOSS))
+        .filter_map(|l| l.get("epoch")?.as_u64())
+        .collect();
+    let last = epochs.iter().max().copied();
+    put(
+        "metrics.jsonl",
+        &thin_metrics(read(&src.join(metrics::METRICS))?, keep.metrics_every)?,
+    )?;
+    std::fs::create_dir_all(dst.join(EVAL))?;
+    let figures = collect::derived_by_epoch(src)?;
+    put(
+        &format!("{EVAL}/{FIGURES}"),
+        collect::figures_jsonl(&figures).as_bytes(),
+    )?;
+    if let Some(l) = last {
+        let tune = format!("{}.tune.summary.json", rundir::epoch_name(l));
+        let from = src.join(EVAL).join(&tune);
+        if from.exists() {
+            // Without its per-hop × level table: selection reads the headline figures.
+            let mut v: serde_json::Value = serde_json::from_slice(&read(&from)?)
+                .with_context(|| format!("{}: not a summary", from.display()))?;
+            if let Some(m) = v.as_object_mut() {
+                m.remove("by_hop_level");
+            }
+            put(
+                &format!("{EVAL}/{tune}"),
+                (serde_json::to_string_pretty(&v)? + "\n").as_bytes(),
+            )?;
+        }
+    }
+    let kept = |e: u64| match (answers, keep.answers) {
+        (Some(set), _) => set.contains(&e) || Some(e) == last,
+        (None, KeepAnswers::All) => true,
+        (None, KeepAnswers::Last) => Some(e) == last,
+        (None, KeepAnswers::None) => false,
+    };
+    for &e in epochs.iter().filter(|&&e| kept(e)) {
+        let stem = rundir::epoch_name(e);
+        let mut stems = vec![stem.clone()];
+        if keep.samples {
+            stems.push(format!("{stem}.samples"));
+        }
+        for st in stems {
+            if let Some(bytes) = read_answers(src, &st)? {
+                put(
+                    &format!("{EVAL}/{st}.jsonl.gz"),
+                    &gzip(&answer_lines(bytes)?)?,
+                )?;
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Copy a finished run from `meta.plan.dir` into `results` in the committed layout, replacing
+/// an older export of it.
 pub fn export(results: &Path, keep: &Keep, meta: &Meta) -> Result<PathBuf> {
     let src = &meta.plan.dir;
     let stage = StagingDir::new(&run_dir(results, &meta.plan.run))?;
-    // One file of the run, transformed, to its place in the export.
-    let put = |from: &str, to: &str, f: &dyn Fn(Vec<u8>) -> Result<Vec<u8>>| -> Result<()> {
-        let from = src.join(from);
-        let bytes =
-            std::fs::read(&from).with_context(|| format!("{}: cannot read", from.display()))?;
-        write_atomic(&stage.path().join(to), &f(bytes)?)
-    };
-    let same = |b: Vec<u8>| Ok(b);
-    put(CONFIG, CONFIG, &same)?;
-    put("metrics.jsonl", "metrics.jsonl", &|b| {
-        thin_metrics(b, keep.metrics_every)
-    })?;
-    // The final trainer state (steps, tokens, FLOPs, training seconds): what the run cost.
-    if src.join(DONE).exists() {
-        put(DONE, "trainer_state.json", &same)?;
-    }
-    let eval = src.join("eval");
-    std::fs::create_dir_all(stage.path().join("eval"))?;
-    let mut names: Vec<String> = std::fs::read_dir(&eval)
-        .with_context(|| format!("{}: cannot read", eval.display()))?
-        .filter_map(|e| e.ok().map(|e| e.file_name().to_string_lossy().into_owned()))
-        .filter(|n| {
-            let answers = n.starts_with("epoch-") && n.ends_with(".jsonl");
-            // The tuning split's answers stay behind: only selection reads it, from the summary.
-            answers && !n.contains(".tune.") || n.ends_with(".summary.json")
-        })
-        .collect();
-    names.sort();
-    // `epoch-NN` of a file name: the last evaluated epoch keeps its greedy and sampled answers.
-    let epoch_of = |n: &str| n.split('.').next().unwrap_or_default().to_string();
-    let last_epoch = names
-        .iter()
-        .filter(|n| n.ends_with(".jsonl"))
-        .map(|n| epoch_of(n))
-        .max();
-    for n in names {
-        let from = format!("eval/{n}");
-        let keep_answers = match keep.answers {
-            KeepAnswers::All => true,
-            KeepAnswers::Last => last_epoch == Some(epoch_of(&n)),
-            KeepAnswers::None => false,
-        };
-        if n.ends_with(".summary.json") {
-            put(&from, &from, &same)?;
-        } else if n.ends_with(".samples.jsonl") && keep_answers {
-            put(&from, &format!("{from}.gz"), &|b| gzip(&answer_lines(b)?))?;
-        } else if keep_answers {
-            put(&from, &format!("{from}.gz"), &|b| gzip(&b))?;
-        }
-    }
+    write_layout(src, stage.path(), keep, None)?;
     let mut m = meta.clone();
+    m.code = crate::rundir::read_run_info(src).ok().and_then(|i| i.code);
     m.plan.dir = PathBuf::from(".");
     m.plan.config = PathBuf::from(CONFIG);
     write_atomic(

@@ -5,7 +5,10 @@
 pub mod collect;
 pub mod export;
 pub mod local;
+pub mod planned;
+pub mod rescore;
 pub mod select;
+pub mod slim;
 pub mod slurm;
 pub mod spec;
 
@@ -121,6 +124,7 @@ impl Sweep {
                 sweep: self.spec.name.clone(),
                 bucket: collect::bucket_label(&self.spec.name, target),
                 plan: row.clone(),
+                code: None,
             },
         )?;
         Ok(())

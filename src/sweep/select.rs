@@ -11,7 +11,7 @@ use toml::Value;
 use crate::eval::{self, summary::Summary};
 use crate::rundir;
 use crate::sweep::export;
-use crate::sweep::spec::Spec;
+use crate::sweep::planned::Planned;
 use crate::tags;
 use crate::train::metrics;
 
@@ -150,7 +150,16 @@ fn tune_summary_figure(
 impl Candidates {
     /// Read the candidates of `s` from the exported runs of its `from` sweep; `spec` is the
     /// path of the spec that selects (for errors and the relative path).
-    pub fn load(spec: &Path, s: &SelectSpec) -> Result<Candidates> {
+    /// `from` is the earlier spec's path; `from_name`, `results` and `earlier` its name, results
+    /// directory and planned runs.
+    pub fn load(
+        spec: &Path,
+        s: &SelectSpec,
+        from: &Path,
+        from_name: &str,
+        results: Option<&Path>,
+        earlier: &[Planned],
+    ) -> Result<Candidates> {
         let at = |reason: String| anyhow::anyhow!("{}: select {}: {reason}", spec.display(), s.key);
         if let Some(p) = EVAL_SET_METRICS.iter().find(|p| s.metric.contains(*p)) {
             return Err(at(format!(
@@ -158,16 +167,12 @@ impl Candidates {
                 s.metric
             )));
         }
-        let from = spec.parent().unwrap_or(Path::new(".")).join(&s.from);
-        let earlier = Spec::load(&from, &[]).map_err(|e| at(format!("from: {e:#}")))?;
-        let results = earlier
-            .results
-            .as_ref()
-            .ok_or_else(|| at(format!("{}: has no results directory", from.display())))?;
+        let results =
+            results.ok_or_else(|| at(format!("{}: has no results directory", from.display())))?;
         let exported = export::runs(results).unwrap_or_default();
         let mut runs = Vec::new();
         let mut missing = 0;
-        for p in &earlier.runs {
+        for p in earlier {
             let Some((_, dir)) = exported.iter().find(|(m, _)| m.plan.run == p.name) else {
                 missing += 1;
                 continue;
@@ -207,14 +212,14 @@ impl Candidates {
                 "{}: select {}: {missing} of {} runs of {} are not exported to {} yet; finish that sweep first",
                 spec.display(),
                 s.key,
-                earlier.runs.len(),
+                earlier.len(),
                 from.display(),
                 results.display()
             );
         }
         Ok(Candidates {
             spec: s.clone(),
-            from_name: earlier.name,
+            from_name: from_name.to_string(),
             runs,
         })
     }

@@ -10,6 +10,8 @@ use sha2::{Digest, Sha256};
 use toml::Value;
 
 use crate::config::{Config, Override, hex, set_path};
+use crate::sweep::export::Keep;
+pub use crate::sweep::planned::Planned;
 use crate::sweep::select::{Candidates, Choice, SelectSpec};
 
 /// The file as written.
@@ -53,34 +55,6 @@ pub struct SlurmTable {
     pub lab_binary: Option<PathBuf>,
     #[serde(default)]
     pub setup: Vec<String>,
-}
-
-/// What `lab sweep export` copies of a finished run: a study of a hundred runs would add
-/// hundreds of MB to every clone with every answer and every step's metrics.
-#[derive(Clone, Debug, Deserialize, PartialEq, Eq)]
-#[serde(deny_unknown_fields, default)]
-pub struct Keep {
-    /// Scored answers of every evaluated epoch (`all`), of the last one (`last`), or `none`.
-    pub answers: KeepAnswers,
-    /// Keep one in N training lines of `metrics.jsonl` (and every evaluation's line).
-    pub metrics_every: u64,
-}
-
-impl Default for Keep {
-    fn default() -> Keep {
-        Keep {
-            answers: KeepAnswers::All,
-            metrics_every: 1,
-        }
-    }
-}
-
-#[derive(Clone, Copy, Debug, Deserialize, PartialEq, Eq)]
-#[serde(rename_all = "lowercase")]
-pub enum KeepAnswers {
-    All,
-    Last,
-    None,
 }
 
 /// A size bucket: the target non-embedding parameter count 12·L·E² (one, or a list of
@@ -189,17 +163,6 @@ pub fn bucket_width(target: u64, n_layer: u32, round: u32) -> u32 {
     ((e / r).round() * r) as u32
 }
 
-/// One planned run: its name, its resolved config, and the values of the swept fields.
-#[derive(Clone, Debug)]
-pub struct Planned {
-    pub name: String,
-    pub config: Config,
-    /// The swept fields of this run (dotted path → value), in axis order.
-    pub axes: Vec<(String, Value)>,
-    /// The bucket target this run was sized for, if the sweep has a bucket.
-    pub target: Option<u64>,
-}
-
 /// A resolved sweep.
 pub struct Spec {
     pub path: PathBuf,
@@ -240,6 +203,198 @@ fn short(v: &Value) -> String {
     }
 }
 
+/// A bucket target (if any) and the fields a combination sets.
+type Combo = (Option<u64>, Vec<(String, Value)>);
+
+/// `PATH: FIELD: REASON`, a spec's error.
+fn at(path: &Path, field: &str, reason: String) -> anyhow::Error {
+    anyhow::anyhow!("{}: {field}: {reason}", path.display())
+}
+
+/// The bucket's (target, L, E, H) combinations, each as its target and the model fields it
+/// sets; `embed_rows` is V + n_positions (the embedding rows `fixed = "total"` counts).
+fn bucket_shapes(path: &Path, b: &Bucket, embed_rows: u64) -> Result<Vec<Combo>> {
+    let err = |field: &str, reason: String| at(path, field, reason);
+    let mut shapes = Vec::new();
+    for (target, &l) in b
+        .target
+        .list()
+        .into_iter()
+        .flat_map(|t| b.n_layer.iter().map(move |l| (t, l)))
+    {
+        let e = b.width(target, l, embed_rows);
+        let min_h = *b.n_head.iter().min().unwrap();
+        if l == 0 || e < min_h || e == 0 {
+            return Err(err(
+                "bucket.n_layer",
+                format!("L = {l} gives E = {e} (target {target}), smaller than every head count"),
+            ));
+        }
+        let heads: Vec<u32> = b
+            .n_head
+            .iter()
+            .copied()
+            .filter(|h| e.is_multiple_of(*h) && *h <= e && e / *h >= b.min_head_size)
+            .collect();
+        if heads.is_empty() {
+            return Err(err(
+                "bucket.n_head",
+                format!(
+                    "no head count in {:?} divides E = {e} (L = {l}, target {target})",
+                    b.n_head
+                ),
+            ));
+        }
+        for h in heads {
+            shapes.push((
+                Some(target),
+                vec![
+                    ("model.n_layer".into(), Value::Integer(l as i64)),
+                    ("model.n_embd".into(), Value::Integer(e as i64)),
+                    ("model.n_head".into(), Value::Integer(h as i64)),
+                ],
+            ));
+        }
+    }
+    Ok(shapes)
+}
+
+/// `[zip]`'s lists as rows: the i-th value of every list together.
+fn zip_rows(path: &Path, zip: &toml::Table) -> Result<Vec<Vec<(String, Value)>>> {
+    let err = |field: &str, reason: String| at(path, field, reason);
+    let mut zipped = Vec::new();
+    flatten("", zip, &mut zipped);
+    let mut zip_rows: Vec<Vec<(String, Value)>> = Vec::new();
+    for (k, v) in zipped {
+        let Value::Array(items) = v else {
+            return Err(err(&format!("zip.{k}"), "must be a list of values".into()));
+        };
+        if !zip_rows.is_empty() && items.len() != zip_rows.len() {
+            return Err(err(
+                &format!("zip.{k}"),
+                format!(
+                    "has {} values; every zip list needs the same length ({})",
+                    items.len(),
+                    zip_rows.len()
+                ),
+            ));
+        }
+        if items.is_empty() {
+            return Err(err(&format!("zip.{k}"), "is an empty list".into()));
+        }
+        zip_rows.resize(items.len(), Vec::new());
+        for (row, item) in zip_rows.iter_mut().zip(items) {
+            row.push((k.clone(), item));
+        }
+    }
+    Ok(zip_rows)
+}
+
+/// Every combination: each shape with each zip row, crossed with every grid list in order.
+fn cross(
+    shapes: Vec<Combo>,
+    zip_rows: &[Vec<(String, Value)>],
+    lists: &[(String, Vec<Value>)],
+) -> Vec<Combo> {
+    let mut combos = shapes;
+    if !zip_rows.is_empty() {
+        combos = combos
+            .into_iter()
+            .flat_map(|(t, c)| {
+                zip_rows.iter().map(move |z| {
+                    let mut c = c.clone();
+                    c.extend(z.iter().cloned());
+                    (t, c)
+                })
+            })
+            .collect();
+    }
+    for (k, items) in lists {
+        combos = combos
+            .into_iter()
+            .flat_map(|(t, c)| {
+                items.iter().map(move |v| {
+                    let mut c = c.clone();
+                    c.push((k.clone(), v.clone()));
+                    (t, c)
+                })
+            })
+            .collect();
+    }
+    combos
+}
+
+/// A run's stable name: the sweep, the shape, every other swept value and the config's hash.
+fn run_name(sweep: &str, probe: &Config, combo: &[(String, Value)]) -> String {
+    let hash = hex(&Sha256::digest(probe.run_hash().as_bytes()))[..8].to_string();
+    let m = &probe.model;
+    let mut name = format!("{}-L{}-E{}-H{}", sweep, m.n_layer, m.n_embd, m.n_head);
+    for (k, v) in combo {
+        if !k.starts_with("model.n_") {
+            let field = k.rsplit('.').next().unwrap_or(k);
+            name.push_str(&format!("-{field}{}", short(v)));
+        }
+    }
+    name.push_str(&format!("-{hash}"));
+    name.chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || "-_.".contains(c) {
+                c
+            } else {
+                '_'
+            }
+        })
+        .collect()
+}
+
+/// The candidates of each `[[select]]`, read from the exported runs of its `from` spec; a key
+/// that is set or swept here is refused.
+fn selections(
+    path: &Path,
+    select: &[SelectSpec],
+    swept: &[String],
+    set: &[(String, Value)],
+) -> Result<Vec<Candidates>> {
+    let mut selections = Vec::new();
+    for s in select {
+        if swept.contains(&s.key) || set.iter().any(|(k, _)| *k == s.key) {
+            return Err(at(
+                path,
+                "select.key",
+                format!(
+                    "{} is already set or swept here; it can only be selected",
+                    s.key
+                ),
+            ));
+        }
+        let from = path.parent().unwrap_or(Path::new(".")).join(&s.from);
+        let earlier = Spec::load(&from, &[])
+            .map_err(|e| anyhow::anyhow!("{}: select {}: from: {e:#}", path.display(), s.key))?;
+        selections.push(Candidates::load(
+            path,
+            s,
+            &from,
+            &earlier.name,
+            earlier.results.as_deref(),
+            &earlier.runs,
+        )?);
+    }
+    Ok(selections)
+}
+
+/// A sweep's name: letters, digits, '-', '_' or '.' (it names directories and runs).
+fn check_name(path: &Path, name: &str) -> Result<()> {
+    let allowed = |c: char| c.is_ascii_alphanumeric() || "-_.".contains(c);
+    if name.is_empty() || !name.chars().all(allowed) {
+        return Err(at(
+            path,
+            "name",
+            format!("must be letters, digits, '-', '_' or '.', got {:?}", name),
+        ));
+    }
+    Ok(())
+}
+
 impl Spec {
     /// Load a spec; `overrides` (`--set`) apply to every run after the spec's own `[set]`.
     pub fn load(path: &Path, overrides: &[Override]) -> Result<Spec> {
@@ -252,25 +407,8 @@ impl Spec {
                 e.message().split_whitespace().collect::<Vec<_>>().join(" ")
             )
         })?;
-        let err =
-            |field: &str, reason: String| anyhow::anyhow!("{}: {field}: {reason}", path.display());
-        if file.name.is_empty()
-            || !file
-                .name
-                .chars()
-                .all(|c| c.is_ascii_alphanumeric() || "-_.".contains(c))
-        {
-            return Err(err(
-                "name",
-                format!(
-                    "must be letters, digits, '-', '_' or '.', got {:?}",
-                    file.name
-                ),
-            ));
-        }
-        if file.export.metrics_every == 0 {
-            return Err(err("export.metrics_every", "must be at least 1".into()));
-        }
+        let err = |field: &str, reason: String| at(path, field, reason);
+        check_name(path, &file.name)?;
         let base_path = path.parent().unwrap_or(Path::new(".")).join(&file.base);
         // A spec copied out of the binary (`lab configs NAME --out`) finds its base by name.
         let base_text = crate::shipped::read_base(&base_path)
@@ -323,8 +461,6 @@ impl Spec {
             Ok(Config::from_toml(&text, path, &file.name)?)
         };
         // The bucket's (target, L, E, H) combinations form one more axis.
-        // A bucket target (if any) and the fields set so far, per combination.
-        type Combo = (Option<u64>, Vec<(String, Value)>);
         let mut shapes: Vec<Combo> = vec![(None, Vec::new())];
         if let Some(b) = &file.bucket {
             if b.n_layer.is_empty() || b.n_head.is_empty() || b.target.list().is_empty() {
@@ -348,117 +484,16 @@ impl Spec {
                 let gpt = crate::model::GptConfig::new(&c, vocab.n_tokens());
                 (gpt.vocab_size + gpt.n_positions) as u64
             };
-            for (target, &l) in b
-                .target
-                .list()
-                .into_iter()
-                .flat_map(|t| b.n_layer.iter().map(move |l| (t, l)))
-            {
-                let e = b.width(target, l, embed_rows);
-                let min_h = *b.n_head.iter().min().unwrap();
-                if l == 0 || e < min_h || e == 0 {
-                    return Err(err(
-                        "bucket.n_layer",
-                        format!(
-                            "L = {l} gives E = {e} (target {target}), smaller than every head count"
-                        ),
-                    ));
-                }
-                let heads: Vec<u32> = b
-                    .n_head
-                    .iter()
-                    .copied()
-                    .filter(|h| e.is_multiple_of(*h) && *h <= e && e / *h >= b.min_head_size)
-                    .collect();
-                if heads.is_empty() {
-                    return Err(err(
-                        "bucket.n_head",
-                        format!(
-                            "no head count in {:?} divides E = {e} (L = {l}, target {target})",
-                            b.n_head
-                        ),
-                    ));
-                }
-                for h in heads {
-                    shapes.push((
-                        Some(target),
-                        vec![
-                            ("model.n_layer".into(), Value::Integer(l as i64)),
-                            ("model.n_embd".into(), Value::Integer(e as i64)),
-                            ("model.n_head".into(), Value::Integer(h as i64)),
-                        ],
-                    ));
-                }
-            }
+            shapes = bucket_shapes(path, b, embed_rows)?;
         } else if lists.is_empty() && file.zip.is_empty() {
             return Err(err(
                 "grid",
                 "empty: a sweep needs at least one grid axis or a [bucket]".into(),
             ));
         }
-        let mut zipped = Vec::new();
-        flatten("", &file.zip, &mut zipped);
-        let mut zip_rows: Vec<Vec<(String, Value)>> = Vec::new();
-        for (k, v) in zipped {
-            let Value::Array(items) = v else {
-                return Err(err(&format!("zip.{k}"), "must be a list of values".into()));
-            };
-            if !zip_rows.is_empty() && items.len() != zip_rows.len() {
-                return Err(err(
-                    &format!("zip.{k}"),
-                    format!(
-                        "has {} values; every zip list needs the same length ({})",
-                        items.len(),
-                        zip_rows.len()
-                    ),
-                ));
-            }
-            if items.is_empty() {
-                return Err(err(&format!("zip.{k}"), "is an empty list".into()));
-            }
-            zip_rows.resize(items.len(), Vec::new());
-            for (row, item) in zip_rows.iter_mut().zip(items) {
-                row.push((k.clone(), item));
-            }
-        }
-        let mut combos = shapes;
-        if !zip_rows.is_empty() {
-            combos = combos
-                .into_iter()
-                .flat_map(|(t, c)| {
-                    zip_rows.iter().map(move |z| {
-                        let mut c = c.clone();
-                        c.extend(z.iter().cloned());
-                        (t, c)
-                    })
-                })
-                .collect();
-        }
-        for (k, items) in &lists {
-            combos = combos
-                .into_iter()
-                .flat_map(|(t, c)| {
-                    items.iter().map(move |v| {
-                        let mut c = c.clone();
-                        c.push((k.clone(), v.clone()));
-                        (t, c)
-                    })
-                })
-                .collect();
-        }
-        let mut selections = Vec::new();
-        for s in &file.select {
-            if swept.contains(&s.key) || set.iter().any(|(k, _)| *k == s.key) {
-                return Err(err(
-                    "select.key",
-                    format!(
-                        "{} is already set or swept here; it can only be selected",
-                        s.key
-                    ),
-                ));
-            }
-            selections.push(Candidates::load(path, s)?);
-        }
+        let zip_rows = zip_rows(path, &file.zip)?;
+        let combos = cross(shapes, &zip_rows, &lists);
+        let selections = selections(path, &file.select, &swept, &set)?;
         let mut runs = Vec::new();
         let mut choices: Vec<Choice> = Vec::new();
         let mut seen = BTreeMap::new();
@@ -477,26 +512,7 @@ impl Spec {
             if !selections.is_empty() {
                 probe = resolve(&combo)?;
             }
-            let hash = hex(&Sha256::digest(probe.run_hash().as_bytes()))[..8].to_string();
-            let m = &probe.model;
-            let mut name = format!("{}-L{}-E{}-H{}", file.name, m.n_layer, m.n_embd, m.n_head);
-            for (k, v) in &combo {
-                if !k.starts_with("model.n_") {
-                    let field = k.rsplit('.').next().unwrap_or(k);
-                    name.push_str(&format!("-{field}{}", short(v)));
-                }
-            }
-            name.push_str(&format!("-{hash}"));
-            let name: String = name
-                .chars()
-                .map(|c| {
-                    if c.is_ascii_alphanumeric() || "-_.".contains(c) {
-                        c
-                    } else {
-                        '_'
-                    }
-                })
-                .collect();
+            let name = run_name(&file.name, &probe, &combo);
             if seen.insert(name.clone(), ()).is_some() {
                 continue;
             }

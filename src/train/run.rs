@@ -10,6 +10,7 @@ use anyhow::{Context, Result, bail};
 use candle_core::backprop::GradStore;
 use candle_core::{Device, Tensor};
 
+use crate::code::Code;
 use crate::config::{Config, Precision};
 use crate::dataset::{self, DataDir};
 use crate::fsutil::write_atomic;
@@ -194,6 +195,29 @@ pub fn train(opts: Options) -> Result<Outcome> {
     result
 }
 
+/// `run.json` of a resumed run: the code that started it, and this code added to `resumed_by`
+/// (with a line on stderr) where it differs from the code that wrote the checkpoint.
+fn resumed_info(run_dir: &Path, state: &TrainerState, mut info: RunInfo) -> RunInfo {
+    let this = Code::this();
+    let wrote = state.code.as_ref();
+    if wrote.is_none_or(|c| c.differs(&this)) {
+        eprintln!(
+            "{}: resumed by lab {} from a checkpoint written by {}; the run mixes the two codes' numerics",
+            run_dir.display(),
+            this.label(),
+            wrote.map_or("a lab that did not record its commit".into(), Code::label)
+        );
+    }
+    if let Ok(old) = crate::rundir::read_run_info(run_dir) {
+        info.code = old.code;
+        info.resumed_by = old.resumed_by;
+    }
+    if info.code.as_ref() != Some(&this) && info.resumed_by.last() != Some(&this) {
+        info.resumed_by.push(this);
+    }
+    info
+}
+
 fn train_in(
     opts: &Options,
     data_dir: &Path,
@@ -216,69 +240,12 @@ fn train_in(
     };
     let steps_per_epoch = (cache.train.len() + teacherless.len()).div_ceil(b) as u64;
     let total_steps = steps_per_epoch * cfg.train.epochs as u64;
-    let info = RunInfo {
-        run_hash: cfg.run_hash(),
-        data_dir: std::path::absolute(data_dir)?,
-        model: gcfg,
-        total_params: gcfg.total_params(),
-        non_embedding_params: gcfg.non_embedding_params(),
-        steps_per_epoch,
-        total_steps,
-    };
-    let device = &opts.device;
-    let precision = Precision::resolve(cfg.train.precision, device);
-    // The precision's and --kernels' choice of kernels, which the optimizer follows.
-    let kernels = |mut model: Gpt| {
-        model.set_precision(precision);
-        if let Some(k) = opts.kernels {
-            model.kernels = k;
-        }
-        model
-    };
-    let (model, mut opt, state) = if opts.resume {
-        let (dir, state) = checkpoint::latest(&run_dir)?;
-        if state.run_hash != cfg.run_hash() {
-            bail!("{}: checkpoint of a different config", run_dir.display());
-        }
-        let model = kernels(Gpt::load(gcfg, &dir.join(MODEL), device)?);
-        let mut opt = AdamW::new(&model.params, Hyper::from_config(&cfg.train), model.kernels)?;
-        opt.load_state(load_tensors(&dir.join(OPTIMIZER))?, state.step)
-            .with_context(|| {
-                format!(
-                    "{}: optimizer state does not match the model",
-                    dir.join(OPTIMIZER).display()
-                )
-            })?;
-        (model, opt, state)
-    } else {
-        let model = kernels(Gpt::init(gcfg, cfg.train.seed, device)?);
-        let opt = AdamW::new(&model.params, Hyper::from_config(&cfg.train), model.kernels)?;
-        let state = TrainerState {
-            lab_version: env!("CARGO_PKG_VERSION").to_string(),
-            run_hash: cfg.run_hash(),
-            rng: format!(
-                "ChaCha8 streams from train.seed = {}: init, teacherless copies, and per epoch the order and hash prefixes",
-                cfg.train.seed
-            ),
-            ..TrainerState::default()
-        };
-        (model, opt, state)
-    };
+    let info = run_info(cfg, gcfg, data_dir, steps_per_epoch)?;
+    let precision = Precision::resolve(cfg.train.precision, &opts.device);
+    let (model, mut opt, state, info) = start(opts, gcfg, precision, &run_dir, info)?;
     // The run's fixed files, once a resumed checkpoint has loaded: a bad checkpoint leaves the
     // directory as it was.
-    write_atomic(
-        &run_dir.join(RUN),
-        (serde_json::to_string_pretty(&info)? + "\n").as_bytes(),
-    )?;
-    write_atomic(
-        &run_dir.join("config.json"),
-        gcfg.hf_config_json().as_bytes(),
-    )?;
-    std::fs::copy(
-        data_dir.join(dataset::TOKENIZER),
-        run_dir.join(dataset::TOKENIZER),
-    )
-    .with_context(|| format!("{}: cannot write tokenizer.json", run_dir.display()))?;
+    write_fixed_files(&run_dir, data_dir, &info)?;
 
     if run_dir.join(DONE).exists() {
         return Ok(Outcome {
@@ -307,24 +274,9 @@ fn train_in(
     };
     let bar = progress::bar(total_steps, "train");
     bar.set_position(lp.state.step);
-    // This call's throughput: from the end of its first step (warm-up) to the end of its last.
-    let (mut call_tokens, mut first_step_tokens, mut first_step_time) = (0u64, 0u64, None);
-    let mut last_step_end = Instant::now();
-    // The log window: its loss sum and step count live in the trainer state (a resumed run
-    // logs the same averages); its tokens and clock only time this process.
-    // Model FLOPs (LM head counted) per second against the device's peak: MFU.
-    let peak = crate::device::peak(&opts.device, opts.peak, precision);
-    match &peak {
-        Some(p) => eprintln!(
-            "{} matmuls; MFU against {:.3e} FLOP/s ({})",
-            precision.name(),
-            p.flops,
-            p.source
-        ),
-        None => eprintln!("MFU not logged: no known peak for this device; pass --peak FLOPS"),
-    }
-    let model_flops = |s: &TrainerState| s.flops + s.flops_head;
-    let mut window = (0usize, Instant::now(), model_flops(&lp.state));
+    let mut throughput = Throughput::default();
+    let peak = announce_peak(opts, precision);
+    let mut window = Window::new(&lp.state);
     let mut val_loss = None;
     let ending = 'run: loop {
         if lp.state.epoch >= cfg.train.epochs as u64 {
@@ -354,7 +306,7 @@ fn train_in(
                 let _t = profile::span("step/batch");
                 chunk
                     .chunks(micro.max(1))
-                    .map(|c| batch::make(&cache.train, c, vocab.dummy_id(), device))
+                    .map(|c| batch::make(&cache.train, c, vocab.dummy_id(), &opts.device))
                     .collect::<candle_core::Result<Vec<Batch>>>()?
             };
             let lr = sched.lr(lp.state.step);
@@ -365,49 +317,13 @@ fn train_in(
                 lp.opt.step(&model.params, &grads, lr)?
             };
             let s = &mut lp.state;
-            s.step += 1;
-            s.batch += 1;
-            let tokens: usize = batches.iter().map(|b| b.tokens).sum();
-            for batch in &batches {
-                s.flops += batch.tokens as f64 * gcfg.flops_per_token(batch.t);
-                s.flops_head += batch.loss_tokens as f64 * gcfg.head_flops_per_loss_token();
-            }
-            s.tokens += tokens as u64;
-            s.seconds += t0.elapsed().as_secs_f64();
-            call_tokens += tokens as u64;
-            last_step_end = Instant::now();
-            if first_step_time.is_none() {
-                first_step_time = Some(Instant::now());
-                first_step_tokens = call_tokens;
-            }
+            let tokens = account(s, &gcfg, &batches, t0);
+            throughput.step(tokens);
             s.window_loss += loss;
             s.window_steps += 1;
-            window.0 += tokens;
+            window.tokens += tokens;
             if s.step.is_multiple_of(cfg.train.log_every) {
-                let secs = window.1.elapsed().as_secs_f64();
-                let mean = s.window_loss / s.window_steps.max(1) as f64;
-                let rate = (model_flops(s) - window.2) / secs;
-                let mut figures = vec![
-                    (tags::TRAIN_LOSS.to_string(), mean),
-                    (tags::TRAIN_LR.to_string(), lr),
-                    (tags::TRAIN_GRAD_NORM.to_string(), gnorm),
-                    (tags::TRAIN_TOKENS_PER_S.to_string(), window.0 as f64 / secs),
-                    (tags::TRAIN_FLOPS_PER_S.to_string(), rate),
-                ];
-                if let Some(p) = &peak {
-                    figures.push((tags::TRAIN_MFU.to_string(), rate / p.flops));
-                }
-                bar.set_message(format!(
-                    "ep {} loss {:.4} lr {lr:.2e} {:.0} tok/s",
-                    s.epoch + 1,
-                    mean,
-                    window.0 as f64 / secs
-                ));
-                let (step, epoch, flops) = (s.step, s.epoch + 1, [s.flops, s.flops_head]);
-                lp.metrics.log(step, epoch, flops, &figures)?;
-                window = (0, Instant::now(), model_flops(&lp.state));
-                lp.state.window_loss = 0.0;
-                lp.state.window_steps = 0;
+                window.log(&mut lp, lr, gnorm, peak.as_ref(), &bar)?;
             }
             bar.set_position(lp.state.step);
             if cfg.train.checkpoint_every > 0
@@ -423,34 +339,7 @@ fn train_in(
             lp.checkpoint()?;
             continue;
         }
-        let v = validation_loss(&model, &cache.val, b, &[])?;
-        val_loss = Some(v);
-        let mut figures = vec![(tags::VAL_LOSS.to_string(), v)];
-        if let Some(tune) = &cache.tune {
-            let t = validation_loss(&model, tune, b, &[])?;
-            figures.push((tags::TUNE_LOSS.to_string(), t));
-        }
-        if cfg.train.hash_prefix > 0 {
-            // A hash-conditioned model never sees a sequence without a prefix: also its loss
-            // after the prefix its greedy evaluation gives each query.
-            let prefixes = crate::eval::greedy_prefixes(cfg, data)?;
-            figures.push((
-                tags::VAL_LOSS_HASH.to_string(),
-                validation_loss(&model, &cache.val, b, &prefixes)?,
-            ));
-        }
-        figures.extend(crate::eval::epoch(
-            cfg,
-            &model,
-            data,
-            lp.state.epoch,
-            last,
-            &run_dir,
-        )?);
-        let s = &lp.state;
-        let (step, epoch, flops) = (s.step, s.epoch, [s.flops, s.flops_head]);
-        lp.metrics.log(step, epoch, flops, &figures)?;
-        lp.checkpoint()?;
+        val_loss = Some(evaluate(&mut lp, cfg, data, cache, last)?);
     };
     bar.finish_and_clear();
     if ending == Ending::Done {
@@ -459,12 +348,7 @@ fn train_in(
             (serde_json::to_string_pretty(&lp.state)? + "\n").as_bytes(),
         )?;
     }
-    let tokens_per_s = first_step_time
-        .map(|t| {
-            let secs = last_step_end.duration_since(t).as_secs_f64();
-            (call_tokens - first_step_tokens) as f64 / secs.max(1e-9)
-        })
-        .unwrap_or(0.0);
+    let tokens_per_s = throughput.tokens_per_s();
     if let Some(table) = profile::report() {
         eprint!("{table}");
     }
@@ -476,6 +360,262 @@ fn train_in(
         val_loss,
         info,
     })
+}
+
+/// `run.json` of a run started by this code.
+fn run_info(
+    cfg: &Config,
+    gcfg: GptConfig,
+    data_dir: &Path,
+    steps_per_epoch: u64,
+) -> Result<RunInfo> {
+    Ok(RunInfo {
+        run_hash: cfg.run_hash(),
+        data_dir: std::path::absolute(data_dir)?,
+        model: gcfg,
+        total_params: gcfg.total_params(),
+        non_embedding_params: gcfg.non_embedding_params(),
+        steps_per_epoch,
+        total_steps: steps_per_epoch * cfg.train.epochs as u64,
+        code: Some(Code::this()),
+        resumed_by: Vec::new(),
+    })
+}
+
+/// `run.json`, the HF `config.json` and the tokenizer, written into the run directory.
+fn write_fixed_files(run_dir: &Path, data_dir: &Path, info: &RunInfo) -> Result<()> {
+    write_atomic(
+        &run_dir.join(RUN),
+        (serde_json::to_string_pretty(info)? + "\n").as_bytes(),
+    )?;
+    write_atomic(
+        &run_dir.join("config.json"),
+        info.model.hf_config_json().as_bytes(),
+    )?;
+    std::fs::copy(
+        data_dir.join(dataset::TOKENIZER),
+        run_dir.join(dataset::TOKENIZER),
+    )
+    .with_context(|| format!("{}: cannot write tokenizer.json", run_dir.display()))?;
+    Ok(())
+}
+
+/// The device's peak FLOP/s for `precision` (or `--peak`), which MFU divides, said on stderr.
+fn announce_peak(opts: &Options, precision: Precision) -> Option<crate::device::Peak> {
+    let peak = crate::device::peak(&opts.device, opts.peak, precision);
+    match &peak {
+        Some(p) => eprintln!(
+            "{} matmuls; MFU against {:.3e} FLOP/s ({})",
+            precision.name(),
+            p.flops,
+            p.source
+        ),
+        None => eprintln!("MFU not logged: no known peak for this device; pass --peak FLOPS"),
+    }
+    peak
+}
+
+/// Count a finished step in the trainer state (step, cursor, FLOPs with and without the head,
+/// tokens, seconds since `t0`); returns its tokens.
+fn account(s: &mut TrainerState, gcfg: &GptConfig, batches: &[Batch], t0: Instant) -> usize {
+    s.step += 1;
+    s.batch += 1;
+    let tokens: usize = batches.iter().map(|b| b.tokens).sum();
+    for batch in batches {
+        s.flops += batch.tokens as f64 * gcfg.flops_per_token(batch.t);
+        s.flops_head += batch.loss_tokens as f64 * gcfg.head_flops_per_loss_token();
+    }
+    s.tokens += tokens as u64;
+    s.seconds += t0.elapsed().as_secs_f64();
+    tokens
+}
+
+/// This call's throughput: from the end of its first step (warm-up) to the end of its last.
+#[derive(Default)]
+struct Throughput {
+    tokens: u64,
+    first: Option<(Instant, u64)>,
+    last: Option<Instant>,
+}
+
+impl Throughput {
+    fn step(&mut self, tokens: usize) {
+        self.tokens += tokens as u64;
+        let now = Instant::now();
+        self.last = Some(now);
+        self.first.get_or_insert((now, self.tokens));
+    }
+
+    fn tokens_per_s(&self) -> f64 {
+        match (self.first, self.last) {
+            (Some((t, n)), Some(end)) => {
+                (self.tokens - n) as f64 / end.duration_since(t).as_secs_f64().max(1e-9)
+            }
+            _ => 0.0,
+        }
+    }
+}
+
+/// The model, optimizer and trainer state of a run: fresh from the seed, or from its latest
+/// checkpoint (with `info` as the resumed run's); the model at `precision` and `--kernels`.
+fn start(
+    opts: &Options,
+    gcfg: GptConfig,
+    precision: Precision,
+    run_dir: &Path,
+    mut info: RunInfo,
+) -> Result<(Gpt, AdamW, TrainerState, RunInfo)> {
+    let cfg = &opts.config;
+    let device = &opts.device;
+    // The precision's and --kernels' choice of kernels, which the optimizer follows.
+    let kernels = |mut model: Gpt| {
+        model.set_precision(precision);
+        if let Some(k) = opts.kernels {
+            model.kernels = k;
+        }
+        model
+    };
+    let (model, opt, state) = if opts.resume {
+        let (dir, state) = checkpoint::latest(run_dir)?;
+        if state.run_hash != cfg.run_hash() {
+            bail!("{}: checkpoint of a different config", run_dir.display());
+        }
+        let model = kernels(Gpt::load(gcfg, &dir.join(MODEL), device)?);
+        let mut opt = AdamW::new(&model.params, Hyper::from_config(&cfg.train), model.kernels)?;
+        opt.load_state(load_tensors(&dir.join(OPTIMIZER))?, state.step)
+            .with_context(|| {
+                format!(
+                    "{}: optimizer state does not match the model",
+                    dir.join(OPTIMIZER).display()
+                )
+            })?;
+        info = resumed_info(run_dir, &state, info);
+        let state = TrainerState {
+            code: Some(Code::this()),
+            ..state
+        };
+        (model, opt, state)
+    } else {
+        let model = kernels(Gpt::init(gcfg, cfg.train.seed, device)?);
+        let opt = AdamW::new(&model.params, Hyper::from_config(&cfg.train), model.kernels)?;
+        let state = TrainerState {
+            lab_version: env!("CARGO_PKG_VERSION").to_string(),
+            code: Some(Code::this()),
+            run_hash: cfg.run_hash(),
+            rng: format!(
+                "ChaCha8 streams from train.seed = {}: init, teacherless copies, and per epoch the order and hash prefixes",
+                cfg.train.seed
+            ),
+            ..TrainerState::default()
+        };
+        (model, opt, state)
+    };
+    Ok((model, opt, state, info))
+}
+
+/// The evaluation at an epoch end (`last`: the final one): validation and tuning losses, the
+/// greedy and sampled evaluation, logged, then a checkpoint. Returns the validation loss.
+fn evaluate(
+    lp: &mut Loop,
+    cfg: &Config,
+    data: &DataDir,
+    cache: &tokens::TokenCache,
+    last: bool,
+) -> Result<f64> {
+    let b = cfg.train.batch_size as usize;
+    let v = validation_loss(lp.model, &cache.val, b, &[])?;
+    let mut figures = vec![(tags::VAL_LOSS.to_string(), v)];
+    if let Some(tune) = &cache.tune {
+        let t = validation_loss(lp.model, tune, b, &[])?;
+        figures.push((tags::TUNE_LOSS.to_string(), t));
+    }
+    if cfg.train.hash_prefix > 0 {
+        // A hash-conditioned model never sees a sequence without a prefix: also its loss
+        // after the prefix its greedy evaluation gives each query.
+        let prefixes = crate::eval::greedy_prefixes(cfg, data)?;
+        figures.push((
+            tags::VAL_LOSS_HASH.to_string(),
+            validation_loss(lp.model, &cache.val, b, &prefixes)?,
+        ));
+    }
+    figures.extend(crate::eval::epoch(
+        cfg,
+        lp.model,
+        data,
+        lp.state.epoch,
+        last,
+        lp.run_dir,
+    )?);
+    let s = &lp.state;
+    let (step, epoch, flops) = (s.step, s.epoch, [s.flops, s.flops_head]);
+    lp.metrics.log(step, epoch, flops, &figures)?;
+    lp.checkpoint()?;
+    Ok(v)
+}
+
+/// The log window: this process's tokens, clock and model FLOPs since the last `train/*` line
+/// (its loss sum and step count live in the trainer state, so a resumed run logs the same
+/// averages).
+struct Window {
+    tokens: usize,
+    start: Instant,
+    flops: f64,
+}
+
+/// Model FLOPs so far, the LM head counted: what MFU divides.
+fn model_flops(s: &TrainerState) -> f64 {
+    s.flops + s.flops_head
+}
+
+impl Window {
+    fn new(s: &TrainerState) -> Window {
+        Window {
+            tokens: 0,
+            start: Instant::now(),
+            flops: model_flops(s),
+        }
+    }
+
+    /// Log the window's `train/*` line (loss, lr, gradient norm, throughput, MFU against
+    /// `peak`) and start the next window.
+    fn log(
+        &mut self,
+        lp: &mut Loop,
+        lr: f64,
+        gnorm: f64,
+        peak: Option<&crate::device::Peak>,
+        bar: &indicatif::ProgressBar,
+    ) -> Result<()> {
+        let s = &mut lp.state;
+        let secs = self.start.elapsed().as_secs_f64();
+        let mean = s.window_loss / s.window_steps.max(1) as f64;
+        let rate = (model_flops(s) - self.flops) / secs;
+        let mut figures = vec![
+            (tags::TRAIN_LOSS.to_string(), mean),
+            (tags::TRAIN_LR.to_string(), lr),
+            (tags::TRAIN_GRAD_NORM.to_string(), gnorm),
+            (
+                tags::TRAIN_TOKENS_PER_S.to_string(),
+                self.tokens as f64 / secs,
+            ),
+            (tags::TRAIN_FLOPS_PER_S.to_string(), rate),
+        ];
+        if let Some(p) = peak {
+            figures.push((tags::TRAIN_MFU.to_string(), rate / p.flops));
+        }
+        bar.set_message(format!(
+            "ep {} loss {:.4} lr {lr:.2e} {:.0} tok/s",
+            s.epoch + 1,
+            mean,
+            self.tokens as f64 / secs
+        ));
+        let (step, epoch, flops) = (s.step, s.epoch + 1, [s.flops, s.flops_head]);
+        lp.metrics.log(step, epoch, flops, &figures)?;
+        *self = Window::new(&lp.state);
+        lp.state.window_loss = 0.0;
+        lp.state.window_steps = 0;
+        Ok(())
+    }
 }
 
 /// Forward and backward of a batch given as micro-batches (`train.micro_batch`): each loss

@@ -8,6 +8,7 @@ mod data_props;
 mod e2e;
 mod eval_cli;
 mod eval_score;
+mod findings;
 mod gpu_check;
 mod parity;
 mod sets;

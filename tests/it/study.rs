@@ -1,7 +1,7 @@
 //! The reproduction study regenerates from committed runs alone: on the committed fixture
 //! (`tests/fixtures/study`, made by `scripts/make-study-fixture.sh`), `lab sweep collect` gives
 //! the committed results.csv, `lab report` the committed findings, and every answer file
-//! re-scores with `lab score` (`scripts/rescore.sh`) to its committed summary.
+//! re-scores (`lab sweep rescore`) to its row of results.csv.
 
 use std::path::Path;
 use std::process::Command;
@@ -147,18 +147,13 @@ fn arms_give_each_its_own_verdicts_and_leave_the_rest_out() {
     assert_eq!(doc["left_out"], serde_json::json!({}));
 }
 
-/// `scripts/rescore.sh DIR` with this build of the lab.
+/// `lab sweep rescore DIR`.
 fn rescore(dir: &Path) -> std::process::Output {
-    Command::new("bash")
-        .arg(root().join("scripts/rescore.sh"))
-        .arg(dir)
-        .env("LAB", env!("CARGO_BIN_EXE_lab"))
-        .output()
-        .unwrap()
+    lab(dir).args(["sweep", "rescore", "."]).output().unwrap()
 }
 
 #[test]
-fn every_committed_answer_file_rescores_to_its_summary() {
+fn every_committed_answer_file_rescores_to_its_row_of_results_csv() {
     let tmp = fixture_copy();
     let out = rescore(tmp.path());
     let stdout = String::from_utf8_lossy(&out.stdout);
@@ -167,43 +162,36 @@ fn every_committed_answer_file_rescores_to_its_summary() {
         "{stdout}\n{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    let files = std::fs::read_dir(tmp.path().join("runs"))
+    let answers: Vec<std::path::PathBuf> = std::fs::read_dir(tmp.path().join("runs"))
         .unwrap()
-        .map(|r| {
-            std::fs::read_dir(r.unwrap().path().join("eval"))
-                .unwrap()
-                .filter(|e| {
-                    e.as_ref()
-                        .unwrap()
-                        .path()
-                        .to_string_lossy()
-                        .ends_with(".gz")
-                })
-                .count()
-        })
-        .sum::<usize>();
-    assert!(files > 20, "{files}");
+        .flat_map(|r| std::fs::read_dir(r.unwrap().path().join("eval")).unwrap())
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.to_string_lossy().ends_with(".jsonl.gz"))
+        .collect();
+    assert!(answers.len() > 20, "{}", answers.len());
     assert!(
-        stdout.contains(&format!("{files} answer files re-scored, 0 mismatches")),
+        stdout.contains(&format!("{} answer files re-scored", answers.len()))
+            && stdout.contains(" 0 within 1e-12 relative, 0 mismatches"),
         "{stdout}"
     );
-    // And a changed answer is caught.
-    let run = std::fs::read_dir(tmp.path().join("runs"))
-        .unwrap()
-        .next()
-        .unwrap()
-        .unwrap()
-        .path();
-    let summary = std::fs::read_dir(run.join("eval"))
-        .unwrap()
-        .map(|e| e.unwrap().path())
-        .find(|p| p.to_string_lossy().ends_with(".summary.json"))
-        .unwrap();
-    let text = std::fs::read_to_string(&summary).unwrap();
-    std::fs::write(&summary, text.replacen("\"n\": ", "\"n\": 1", 1)).unwrap();
+    // And a changed answer is caught: the first answer of one file made empty.
+    let text = lab::fsutil::read_text(&answers[0]).unwrap();
+    let (first, rest) = text.split_once('\n').unwrap();
+    let mut line: Value = serde_json::from_str(first).unwrap();
+    line["output"] = Value::String(String::new());
+    let changed = format!("{line}\n{rest}");
+    std::fs::write(
+        &answers[0],
+        lab::sweep::export::gzip(changed.as_bytes()).unwrap(),
+    )
+    .unwrap();
     let out = rescore(tmp.path());
-    assert!(!out.status.success());
-    assert!(String::from_utf8_lossy(&out.stdout).contains("1 mismatches"));
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(1), "{stdout}");
+    assert!(
+        stdout.contains("MISMATCH") && !stdout.contains(" 0 mismatches"),
+        "{stdout}"
+    );
 }
 
 /// On a fresh clone the committed runs have no run directory; `lab sweep status` still counts

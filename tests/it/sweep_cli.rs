@@ -886,9 +886,9 @@ fn a_bad_lab_binary_is_refused_with_nothing_written() {
     }
 }
 
-/// `answers = "last"` keeps the last epoch's greedy and sampled answers, the samples as one
-/// `{"id", "output"}` line per answer; `scripts/rescore.sh` re-scores both (the samples as
-/// sets) to their committed summaries.
+/// `answers = "last"` with `samples = true` keeps the last epoch's greedy and sampled answers,
+/// each as one `{"id", "output"}` line per answer; `lab sweep rescore` re-scores both (the
+/// samples as sets) to their rows of results.csv.
 #[test]
 fn an_export_keeps_the_last_samples_as_lines_that_rescore() {
     let ws = workspace();
@@ -900,7 +900,7 @@ fn an_export_keeps_the_last_samples_as_lines_that_rescore() {
         )
         .replace("n_layer = [1, 2]", "n_layer = [1]")
         .replace("seed = [0, 1]", "seed = [0]")
-        + "[set.eval]\nsamples = 3\nsamples_at = \"last\"\n[export]\nanswers = \"last\"\n";
+        + "[set.eval]\nsamples = 3\nsamples_at = \"last\"\n[export]\nanswers = \"last\"\nsamples = true\n";
     std::fs::write(ws.path().join("sweeps/s.toml"), &spec).unwrap();
     run_expect(
         lab(ws.path()).args(["sweep", "run", "sweeps/s.toml", "--backend", "local"]),
@@ -929,15 +929,32 @@ fn an_export_keeps_the_last_samples_as_lines_that_rescore() {
         let keys: Vec<&String> = l.as_object().unwrap().keys().collect();
         assert_eq!(keys, ["id", "output"], "{l}");
     }
-    let out = Command::new("bash")
-        .arg(root().join("scripts/rescore.sh"))
-        .arg(ws.path().join("results/s"))
-        .env("LAB", env!("CARGO_BIN_EXE_lab"))
+    run_expect(lab(ws.path()).args(["sweep", "collect", "results/s"]), 0);
+    // The exported run names its code, and collect carries the commit into results.csv.
+    let meta: Value =
+        serde_json::from_str(&std::fs::read_to_string(run.join("run.meta.json")).unwrap()).unwrap();
+    let commit = meta["code"]["commit"].as_str().unwrap().to_string();
+    let csv = std::fs::read_to_string(ws.path().join("results/s/results.csv")).unwrap();
+    let header: Vec<&str> = csv.lines().next().unwrap().split(',').collect();
+    let col = header
+        .iter()
+        .position(|c| *c == "commit")
+        .expect("a commit column");
+    for row in csv.lines().skip(1) {
+        assert!(
+            row.split(',').nth(col).unwrap().starts_with(&commit[..12]),
+            "{row}"
+        );
+    }
+    let out = lab(ws.path())
+        .args(["sweep", "rescore", "results/s"])
         .output()
         .unwrap();
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(
-        out.status.success() && stdout.contains("2 answer files re-scored, 0 mismatches"),
+        out.status.success()
+            && stdout.contains("2 answer files re-scored")
+            && stdout.contains(" 0 within 1e-12 relative, 0 mismatches"),
         "{stdout}{}",
         String::from_utf8_lossy(&out.stderr)
     );

@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
-use crate::util::{lab, metrics, python, run_expect, write_config};
+use crate::util::{lab, metrics, python, root, run_expect, write_config};
 
 /// A micro world and model: a few thousand examples, two layers of width 32.
 pub const MICRO: &str = r#"name = "micro"
@@ -918,4 +918,73 @@ fn a_temperature_grid_needs_samples_and_a_tuning_split() {
             "{err}"
         );
     }
+}
+
+/// A run names the code that trained it in `run.json` (the commit `git` gives for this tree,
+/// the version, features and target CPU features); a resume from a checkpoint that another
+/// commit wrote says so on stderr, and a run started by another commit lists this one in
+/// `resumed_by`.
+#[test]
+fn a_run_names_its_code_and_a_resume_by_other_code_says_so() {
+    let tmp = tempfile::tempdir().unwrap();
+    let cfg = micro(tmp.path(), "");
+    train(tmp.path(), &cfg, "run", &["--max-steps", "3"], 0);
+    let run = tmp.path().join("run");
+    let info = |dir: &Path| -> Value {
+        serde_json::from_str(&std::fs::read_to_string(dir.join("run.json")).unwrap()).unwrap()
+    };
+    let code = info(&run)["code"].clone();
+    let head = Command::new("git")
+        .args(["rev-parse", "HEAD"])
+        .current_dir(root())
+        .output()
+        .unwrap();
+    assert!(head.status.success(), "the tests run in a git checkout");
+    assert_eq!(
+        code["commit"].as_str().unwrap(),
+        String::from_utf8_lossy(&head.stdout).trim(),
+        "{code}"
+    );
+    assert_eq!(code["version"], env!("CARGO_PKG_VERSION"));
+    assert!(
+        ["true", "false"].contains(&code["dirty"].as_str().unwrap()),
+        "{code}"
+    );
+    assert!(code["features"].is_string(), "{code}");
+    let target = code["target_features"].as_str().unwrap();
+    if cfg!(target_arch = "x86_64") {
+        assert!(target.split(',').any(|f| f == "sse2"), "{target}");
+    }
+    // The same code resumes silently.
+    let same = train(
+        tmp.path(),
+        &cfg,
+        "run",
+        &["--resume", "--max-steps", "6"],
+        0,
+    );
+    assert!(!String::from_utf8_lossy(&same.stderr).contains("resumed by"));
+    // A checkpoint and a start by another commit: a line on stderr, and `resumed_by`.
+    let other = "0123456789abcdef0123456789abcdef01234567";
+    let state = run.join("trainer_state.json");
+    let text = std::fs::read_to_string(&state).unwrap();
+    let commit = code["commit"].as_str().unwrap();
+    std::fs::write(&state, text.replace(commit, other)).unwrap();
+    let started = std::fs::read_to_string(run.join("run.json")).unwrap();
+    std::fs::write(run.join("run.json"), started.replace(commit, other)).unwrap();
+    let out = train(
+        tmp.path(),
+        &cfg,
+        "run",
+        &["--resume", "--max-steps", "9"],
+        0,
+    );
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("resumed by lab") && err.contains("0123456789ab"),
+        "{err}"
+    );
+    let after = info(&run);
+    assert_eq!(after["code"]["commit"], other);
+    assert_eq!(after["resumed_by"][0]["commit"], commit);
 }
