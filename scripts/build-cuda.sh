@@ -7,8 +7,8 @@
 #     cudarc's own bindings; the GPU machine's real libraries are used at run time;
 #   - CUDA_COMPUTE_CAP=90 targets the H100/H200 (sm_90a). Override it for other GPUs.
 # The binary finds the CUDA 13 libraries through its RUNPATH (build.rs) in the usual toolkit
-# places; elsewhere, set LD_LIBRARY_PATH. A clean build took 21 minutes on 2 cores here (while
-# another job shared them); most of it is nvcc.
+# places; elsewhere, set LD_LIBRARY_PATH. A clean build, wheels fetched included, takes 10 min
+# 48 s on a quiet 2-core machine (docs/CUDA.md); most of it is nvcc.
 #
 # usage: scripts/build-cuda.sh            (from anywhere; writes dist/lab-cuda)
 set -euo pipefail
