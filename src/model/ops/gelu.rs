@@ -1,0 +1,110 @@
+//! tanh-GELU (HF `gelu_new`): the forward keeps each tanh, so the backward computes
+//! none of its own.
+
+use super::*;
+
+const GELU_C: f32 = 0.797_884_6; // √(2/π)
+const GELU_A: f32 = 0.044_715;
+
+/// tanh(√(2/π)(x + 0.044715x³)), the inner term of both GELU passes.
+#[inline(always)]
+fn gelu_tanh(x: f32) -> f32 {
+    fastmath::tanh(GELU_C * (x + GELU_A * x * x * x))
+}
+
+/// GELU with the tanh approximation (HF `gelu_new`). The forward keeps each element's tanh for
+/// the backward, which then computes no tanh of its own.
+#[derive(Default)]
+struct Gelu {
+    tanh: std::sync::Mutex<Vec<f32>>,
+}
+
+impl CustomOp1 for Gelu {
+    fn name(&self) -> &'static str {
+        "lab-gelu"
+    }
+
+    fn cpu_fwd(&self, s: &CpuStorage, l: &Layout) -> Result<(CpuStorage, Shape)> {
+        let _t = profile::span(self.name());
+        let x = f32s(s, l, self.name())?;
+        let mut th = Vec::new();
+        let y = written(x.len(), |y| {
+            th = written(x.len(), |th| {
+                y.par_chunks_mut(1 << 14)
+                    .zip(th.par_chunks_mut(1 << 14).zip(x.par_chunks(1 << 14)))
+                    .for_each(|(yc, (tc, xc))| {
+                        fastmath::wide(
+                            #[inline(always)]
+                            || {
+                                for ((y, t), &x) in yc.iter_mut().zip(tc).zip(xc) {
+                                    let th = gelu_tanh(x);
+                                    t.write(th);
+                                    y.write(0.5 * x * (1.0 + th));
+                                }
+                            },
+                        )
+                    })
+            })
+        });
+        *self.tanh.lock().expect("gelu tanh") = th;
+        Ok((CpuStorage::F32(y), l.shape().clone()))
+    }
+
+    fn bwd(&self, x: &Tensor, _y: &Tensor, dy: &Tensor) -> Result<Option<Tensor>> {
+        let tanh = std::mem::take(&mut *self.tanh.lock().expect("gelu tanh"));
+        Ok(Some(x.apply_op2_no_bwd(
+            &dy.contiguous()?,
+            &GeluBwd {
+                tanh: std::sync::Mutex::new(tanh),
+            },
+        )?))
+    }
+}
+
+/// dx from dy and the forward's tanh (computed again if it is gone: a second backward).
+struct GeluBwd {
+    tanh: std::sync::Mutex<Vec<f32>>,
+}
+
+impl candle_core::CustomOp2 for GeluBwd {
+    fn name(&self) -> &'static str {
+        "lab-gelu-bwd"
+    }
+
+    fn cpu_fwd(
+        &self,
+        s: &CpuStorage,
+        l: &Layout,
+        ds: &CpuStorage,
+        dl: &Layout,
+    ) -> Result<(CpuStorage, Shape)> {
+        let _t = profile::span(self.name());
+        let x = f32s(s, l, self.name())?;
+        let dy = f32s(ds, dl, self.name())?;
+        let mut tanh = std::mem::take(&mut *self.tanh.lock().expect("gelu tanh"));
+        if tanh.len() != x.len() {
+            tanh = x.iter().map(|&x| gelu_tanh(x)).collect();
+        }
+        let dx = written(x.len(), |dx| {
+            dx.par_chunks_mut(1 << 14)
+                .zip(x.par_chunks(1 << 14).zip(dy.par_chunks(1 << 14)))
+                .zip(tanh.par_chunks(1 << 14))
+                .for_each(|((dc, (xc, gc)), tc)| {
+                    fastmath::wide(
+                        #[inline(always)]
+                        || {
+                            for (((d, &x), &g), &th) in dc.iter_mut().zip(xc).zip(gc).zip(tc) {
+                                let du = GELU_C * (1.0 + 3.0 * GELU_A * x * x);
+                                d.write(g * (0.5 * (1.0 + th) + 0.5 * x * (1.0 - th * th) * du));
+                            }
+                        },
+                    )
+                })
+        });
+        Ok((CpuStorage::F32(dx), l.shape().clone()))
+    }
+}
+
+pub fn gelu(x: &Tensor) -> Result<Tensor> {
+    x.contiguous()?.apply_op1(Gelu::default())
+}
