@@ -154,6 +154,20 @@ pub enum Command {
         #[arg(long, value_delimiter = ',')]
         sweeps: Vec<String>,
     },
+    /// Check every lab kernel, forward and backward, against its definition at the shapes of
+    /// real configs, on fresh random inputs: a table of relative errors; exit 1 on a failure.
+    KernelCheck {
+        /// The configs whose shapes to check (repeatable) [default: 1m-L4, 10m-L6, 100m-L8,
+        /// fair-cpu].
+        #[arg(long = "config")]
+        configs: Vec<PathBuf>,
+        /// The device the kernels run on (`cpu`; `cuda` once the lab has CUDA kernels).
+        #[arg(long, default_value = "cpu")]
+        device: String,
+        /// The inputs' seed [default: the clock, printed].
+        #[arg(long)]
+        seed: Option<u64>,
+    },
     /// Ask a trained model one query and check its answers.
     Query {
         /// The run directory.
@@ -389,6 +403,40 @@ impl SampleArgs {
     }
 }
 
+/// `lab kernel-check`: the table, and exit 1 when a row fails.
+fn kernel_check(configs: Vec<PathBuf>, device: &str, seed: Option<u64>) -> Result<Exit> {
+    if device != "cpu" {
+        anyhow::bail!(
+            "--device {device}: no lab kernel has a {device} implementation yet; the CPU kernels are checked with --device cpu"
+        );
+    }
+    let configs = if configs.is_empty() {
+        ["1m-L4", "10m-L6", "100m-L8", "fair-cpu"]
+            .map(PathBuf::from)
+            .to_vec()
+    } else {
+        configs
+    };
+    let loaded = configs
+        .iter()
+        .map(|c| Ok((c.display().to_string(), Config::load(c)?)))
+        .collect::<Result<Vec<_>>>()?;
+    let seed = seed.unwrap_or_else(crate::model::check::fresh_seed);
+    let rows = crate::model::check::check(&loaded, seed)?;
+    print!("{}", crate::model::check::table(&rows));
+    let failed = rows.iter().filter(|r| !r.ok()).count();
+    println!(
+        "{} of {} comparisons within tolerance on cpu (inputs from --seed {seed})",
+        rows.len() - failed,
+        rows.len()
+    );
+    Ok(if failed > 0 {
+        Exit::RunsFailed
+    } else {
+        Exit::Ok
+    })
+}
+
 /// `lab data`: build or reuse a config's data directory and say what it holds.
 fn data(config: &Path, out: Option<PathBuf>, force: bool, set: &[String]) -> Result<()> {
     let cfg = Config::load_with(config, &overrides(set)?)?;
@@ -535,6 +583,11 @@ pub fn run(cli: Cli) -> Result<Exit> {
                 print!("{report}");
             }
         }
+        Command::KernelCheck {
+            configs,
+            device,
+            seed,
+        } => return kernel_check(configs, &device, seed),
         Command::Query {
             run,
             query,

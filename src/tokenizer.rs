@@ -44,6 +44,15 @@ impl Vocab {
         }
     }
 
+    /// The vocabulary a config's world will have, without building it.
+    pub fn of_config(g: &crate::config::GraphConfig) -> Vocab {
+        Vocab {
+            node_len: g.node_len,
+            n_nodes: g.n_nodes() as u32,
+            n_labels: g.n_labels,
+        }
+    }
+
     fn first_node(&self) -> u32 {
         FIRST_LABEL + self.n_labels
     }

@@ -2,6 +2,7 @@
 //! tied to `wte`, parameter counts, init, safetensors and `config.json`. Takes the vocabulary
 //! from `tokenizer`; fused CPU kernels from `ops`, the KV cache from `kv`.
 
+pub mod check;
 pub mod fastmath;
 pub mod kv;
 pub mod ops;
@@ -403,13 +404,7 @@ impl Gpt {
     fn layer_norm(&self, x: &Tensor, (w, b): &(Tensor, Tensor)) -> Result<Tensor> {
         match self.kernels {
             Kernels::Fused => ops::layer_norm(x, w, b),
-            Kernels::Composed => {
-                let mean = x.mean_keepdim(D::Minus1)?;
-                let xc = x.broadcast_sub(&mean)?;
-                let var = xc.sqr()?.mean_keepdim(D::Minus1)?;
-                let xhat = xc.broadcast_div(&(var + ops::LN_EPS as f64)?.sqrt()?)?;
-                xhat.broadcast_mul(w)?.broadcast_add(b)
-            }
+            Kernels::Composed => ops::reference::layer_norm(x, w, b),
         }
     }
 
@@ -424,7 +419,7 @@ impl Gpt {
     fn gelu(&self, x: &Tensor) -> Result<Tensor> {
         match self.kernels {
             Kernels::Fused => ops::gelu(x),
-            Kernels::Composed => x.gelu(),
+            Kernels::Composed => ops::reference::gelu(x),
         }
     }
 

@@ -475,12 +475,7 @@ impl Spec {
             shapes.clear();
             let embed_rows = {
                 let c = resolve(&[])?;
-                let g = &c.graph;
-                let vocab = crate::tokenizer::Vocab {
-                    node_len: g.node_len,
-                    n_nodes: g.n_nodes.unwrap_or(26u64.pow(g.node_len)) as u32,
-                    n_labels: g.n_labels,
-                };
+                let vocab = crate::tokenizer::Vocab::of_config(&c.graph);
                 let gpt = crate::model::GptConfig::new(&c, vocab.n_tokens());
                 (gpt.vocab_size + gpt.n_positions) as u64
             };

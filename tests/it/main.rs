@@ -10,6 +10,7 @@ mod eval_cli;
 mod eval_score;
 mod findings;
 mod gpu_check;
+mod kernel_check;
 mod parity;
 mod sets;
 mod shipped;

@@ -17,6 +17,7 @@ mod gelu;
 mod head;
 mod layer_norm;
 mod linear;
+pub mod reference;
 #[cfg(test)]
 mod tests;
 

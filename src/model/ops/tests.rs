@@ -2,7 +2,7 @@
 //! differentiable ops on odd shapes (rows not a multiple of `ROWS` or of a SIMD width, a head
 //! size of 5, sequences of length 1). The end-to-end PyTorch parity tests hold the whole model.
 
-use candle_core::{D, Device, Var};
+use candle_core::{Device, Var};
 
 use super::head::HEAD_CHUNK;
 use super::*;
@@ -69,18 +69,10 @@ fn compare(
 #[test]
 fn layer_norm_matches_its_definition() {
     let (n, c) = (ROWS + 7, 13);
-    let reference = |t: &[Tensor]| {
-        let x = &t[0];
-        let mean = x.mean_keepdim(D::Minus1)?;
-        let xc = x.broadcast_sub(&mean)?;
-        let var = xc.sqr()?.mean_keepdim(D::Minus1)?;
-        let xhat = xc.broadcast_div(&(var + LN_EPS as f64)?.sqrt()?)?;
-        xhat.broadcast_mul(&t[1])?.broadcast_add(&t[2])
-    };
     let inputs = [values(&[n, c], 1), values(&[c], 2), values(&[c], 3)];
     compare(
         &|t| layer_norm(&t[0], &t[1], &t[2]),
-        &reference,
+        &|t| reference::layer_norm(&t[0], &t[1], &t[2]),
         &inputs,
         1e-5,
         "layer norm",
@@ -90,7 +82,13 @@ fn layer_norm_matches_its_definition() {
 #[test]
 fn gelu_matches_the_tanh_approximation() {
     let x = (values(&[3, 1000], 4) * 6.0).unwrap();
-    compare(&|t| gelu(&t[0]), &|t| t[0].gelu(), &[x], 1e-5, "gelu");
+    compare(
+        &|t| gelu(&t[0]),
+        &|t| reference::gelu(&t[0]),
+        &[x],
+        1e-5,
+        "gelu",
+    );
 }
 
 #[test]
@@ -102,7 +100,7 @@ fn linear_matches_matmul_plus_bias() {
     ];
     compare(
         &|t| linear(&t[0], &t[1], &t[2]),
-        &|t| t[0].matmul(&t[1])?.broadcast_add(&t[2]),
+        &|t| reference::linear(&t[0], &t[1], &t[2]),
         &inputs,
         1e-5,
         "linear",
@@ -115,37 +113,9 @@ fn causal_attention_matches_per_sequence_softmax_attention() {
     let e = h * hd;
     let lens = [1, 7, 4, 1, 9];
     let n: usize = lens.iter().sum();
-    let reference = |t: &[Tensor]| {
-        let mut outs = Vec::new();
-        let mut start = 0;
-        for &l in &lens {
-            let rows = t[0].narrow(0, start, l)?;
-            start += l;
-            let mut heads = Vec::new();
-            for i in 0..h {
-                let q = rows.narrow(1, i * hd, hd)?;
-                let k = rows.narrow(1, e + i * hd, hd)?;
-                let v = rows.narrow(1, 2 * e + i * hd, hd)?;
-                let s = (q.matmul(&k.t()?)? / (hd as f64).sqrt())?;
-                let mask: Vec<f32> = (0..l * l)
-                    .map(|ij| {
-                        if ij % l > ij / l {
-                            f32::NEG_INFINITY
-                        } else {
-                            0.0
-                        }
-                    })
-                    .collect();
-                let s = s.broadcast_add(&Tensor::from_vec(mask, (l, l), &Device::Cpu)?)?;
-                heads.push(candle_nn::ops::softmax(&s, D::Minus1)?.matmul(&v)?);
-            }
-            outs.push(Tensor::cat(&heads, 1)?);
-        }
-        Tensor::cat(&outs, 0)
-    };
     compare(
         &|t| causal_attention(&t[0], &lens, h),
-        &reference,
+        &|t| reference::causal_attention(&t[0], &lens, h),
         &[values(&[n, 3 * e], 8)],
         1e-5,
         "causal attention",
@@ -190,13 +160,9 @@ fn head_cross_entropy_matches_log_softmax_of_the_logits() {
     let (n, e, v) = (HEAD_CHUNK + 5, 9, 37);
     let targets: Vec<u32> = (0..n as u32).map(|i| i * 7 % v as u32).collect();
     let targets = Tensor::from_vec(targets, n, &Device::Cpu).unwrap();
-    let reference = |t: &[Tensor]| {
-        let logp = candle_nn::ops::log_softmax(&t[0].matmul(&t[1].t()?)?, D::Minus1)?;
-        logp.gather(&targets.unsqueeze(1)?, 1)?.mean_all()?.neg()
-    };
     compare(
         &|t| head_cross_entropy(&t[0], &t[1], &targets),
-        &reference,
+        &|t| reference::head_cross_entropy(&t[0], &t[1], &targets),
         &[values(&[n, e], 9), values(&[v, e], 10)],
         1e-5,
         "head cross-entropy",

@@ -1,0 +1,259 @@
+//! `lab kernel-check`: every lab kernel, forward and backward, against its definition
+//! (`ops::reference`) at the shapes of real configs, on fresh random inputs, as a table.
+
+use std::fmt::Write as _;
+
+use candle_core::{Device, Result, Tensor, Var};
+use rand::{Rng, SeedableRng};
+use rand_chacha::ChaCha8Rng;
+
+use crate::config::Config;
+use crate::model::{GptConfig, ops};
+use crate::tokenizer::Vocab;
+
+/// The relative error a fp32 kernel may have against its definition: reductions of a few
+/// thousand terms in another order differ by about 1e-7 relative.
+pub const TOL_F32: f64 = 1e-5;
+
+/// The sequences of a batch as the study configs pack them: 64 of 12 to 26 tokens.
+const SEQUENCES: usize = 64;
+const LENS: (usize, usize) = (12, 26);
+
+/// One comparison: a kernel's output or one gradient against its definition's.
+pub struct Row {
+    pub config: String,
+    pub op: &'static str,
+    pub shape: String,
+    /// `forward`, or `grad <input>`.
+    pub what: String,
+    pub err: f64,
+    pub tol: f64,
+}
+
+impl Row {
+    /// Within tolerance (NaN never is).
+    pub fn ok(&self) -> bool {
+        self.err <= self.tol
+    }
+}
+
+/// ‖a − b‖ / ‖b‖ over every element, in f64 (‖a − b‖ when b is zero).
+pub fn rel_err(a: &Tensor, b: &Tensor) -> Result<f64> {
+    let (a, b) = (
+        a.flatten_all()?.to_vec1::<f32>()?,
+        b.flatten_all()?.to_vec1::<f32>()?,
+    );
+    if a.len() != b.len() {
+        return Ok(f64::NAN);
+    }
+    let (mut d, mut n) = (0f64, 0f64);
+    for (x, y) in a.iter().zip(&b) {
+        d += (*x as f64 - *y as f64).powi(2);
+        n += (*y as f64).powi(2);
+    }
+    Ok(if n > 0.0 { (d / n).sqrt() } else { d.sqrt() })
+}
+
+type Op<'a> = &'a dyn Fn(&[Tensor]) -> Result<Tensor>;
+
+/// Uniform values in [−scale, scale) of a shape, from `rng`.
+fn random(rng: &mut ChaCha8Rng, shape: &[usize], scale: f32) -> Result<Tensor> {
+    let n = shape.iter().product();
+    let v: Vec<f32> = (0..n).map(|_| rng.random_range(-scale..scale)).collect();
+    Tensor::from_vec(v, shape, &Device::Cpu)
+}
+
+/// The output of `op` and the gradients of Σ output · r with respect to each input.
+fn forward_backward(op: Op, inputs: &[Tensor], r: &Tensor) -> Result<(Tensor, Vec<Tensor>)> {
+    let vars = inputs
+        .iter()
+        .map(Var::from_tensor)
+        .collect::<Result<Vec<_>>>()?;
+    let ts: Vec<Tensor> = vars.iter().map(|v| v.as_tensor().clone()).collect();
+    let y = op(&ts)?;
+    let grads = (&y * r)?.sum_all()?.backward()?;
+    let g = vars
+        .iter()
+        .map(|v| {
+            grads
+                .get(v)
+                .cloned()
+                .ok_or_else(|| candle_core::Error::Msg("an input got no gradient".into()))
+        })
+        .collect::<Result<Vec<_>>>()?;
+    Ok((y, g))
+}
+
+/// The rows of one kernel: its forward and the gradient of each input named in `names`.
+fn compare(
+    rng: &mut ChaCha8Rng,
+    (config, op, names): (&str, &'static str, &[&str]),
+    fused: Op,
+    reference: Op,
+    inputs: &[Tensor],
+) -> Result<Vec<Row>> {
+    let y = fused(inputs)?;
+    let r = random(rng, y.dims(), 1.0)?;
+    let (y1, g1) = forward_backward(fused, inputs, &r)?;
+    let (y2, g2) = forward_backward(reference, inputs, &r)?;
+    let shape = inputs
+        .iter()
+        .map(|t| format!("{:?}", t.dims()))
+        .collect::<Vec<_>>()
+        .join(" ");
+    let row = |what: String, err: f64| Row {
+        config: config.to_string(),
+        op,
+        shape: shape.clone(),
+        what,
+        err,
+        tol: TOL_F32,
+    };
+    let mut rows = vec![row("forward".into(), rel_err(&y1, &y2)?)];
+    for (i, name) in names.iter().enumerate() {
+        rows.push(row(format!("grad {name}"), rel_err(&g1[i], &g2[i])?));
+    }
+    Ok(rows)
+}
+
+/// Every kernel at the shapes of `cfg` (its width, heads and vocabulary; a batch of 64
+/// sequences of 12 to 26 tokens, half its rows at loss positions), inputs drawn from `rng`.
+pub fn check_config(name: &str, cfg: &Config, rng: &mut ChaCha8Rng) -> Result<Vec<Row>> {
+    let g = GptConfig::new(cfg, Vocab::of_config(&cfg.graph).n_tokens());
+    let (e, h, v) = (g.n_embd, g.n_head, g.vocab_size);
+    let lens: Vec<usize> = (0..SEQUENCES)
+        .map(|_| rng.random_range(LENS.0..=LENS.1))
+        .collect();
+    let n: usize = lens.iter().sum();
+    let mut rows = Vec::new();
+    let ln = [
+        random(rng, &[n, e], 2.0)?,
+        random(rng, &[e], 1.0)?,
+        random(rng, &[e], 1.0)?,
+    ];
+    rows.extend(compare(
+        rng,
+        (name, "layer_norm", &["x", "w", "b"]),
+        &|t| ops::layer_norm(&t[0], &t[1], &t[2]),
+        &|t| ops::reference::layer_norm(&t[0], &t[1], &t[2]),
+        &ln,
+    )?);
+    for (op, out) in [("linear c_attn", 3 * e), ("linear c_fc", 4 * e)] {
+        let lin = [
+            random(rng, &[n, e], 1.0)?,
+            random(rng, &[e, out], 0.1)?,
+            random(rng, &[out], 0.1)?,
+        ];
+        rows.extend(compare(
+            rng,
+            (name, op, &["x", "w", "b"]),
+            &|t| ops::linear(&t[0], &t[1], &t[2]),
+            &|t| ops::reference::linear(&t[0], &t[1], &t[2]),
+            &lin,
+        )?);
+    }
+    let x = random(rng, &[n, 4 * e], 4.0)?;
+    rows.extend(compare(
+        rng,
+        (name, "gelu", &["x"]),
+        &|t| ops::gelu(&t[0]),
+        &|t| ops::reference::gelu(&t[0]),
+        &[x],
+    )?);
+    let qkv = random(rng, &[n, 3 * e], 1.0)?;
+    rows.extend(compare(
+        rng,
+        (name, "causal_attention", &["qkv"]),
+        &|t| ops::causal_attention(&t[0], &lens, h),
+        &|t| ops::reference::causal_attention(&t[0], &lens, h),
+        &[qkv],
+    )?);
+    let loss_rows = n / 2;
+    let targets: Vec<u32> = (0..loss_rows)
+        .map(|_| rng.random_range(0..v as u32))
+        .collect();
+    let targets = Tensor::from_vec(targets, loss_rows, &Device::Cpu)?;
+    let head = [
+        random(rng, &[loss_rows, e], 1.0)?,
+        random(rng, &[v, e], 0.1)?,
+    ];
+    rows.extend(compare(
+        rng,
+        (name, "head_cross_entropy", &["x", "wte"]),
+        &|t| ops::head_cross_entropy(&t[0], &t[1], &targets),
+        &|t| ops::reference::head_cross_entropy(&t[0], &t[1], &targets),
+        &head,
+    )?);
+    Ok(rows)
+}
+
+/// A seed for fresh inputs: the clock's nanoseconds.
+pub fn fresh_seed() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos() as u64)
+}
+
+/// The kernels of every config, inputs from `seed`.
+pub fn check(configs: &[(String, Config)], seed: u64) -> Result<Vec<Row>> {
+    let mut rng = ChaCha8Rng::seed_from_u64(seed);
+    let mut rows = Vec::new();
+    for (name, cfg) in configs {
+        rows.extend(check_config(name, cfg, &mut rng)?);
+    }
+    Ok(rows)
+}
+
+/// The table: a row per comparison, its relative error and tolerance, and ok or FAIL.
+pub fn table(rows: &[Row]) -> String {
+    let mut out = String::from("| config | op | inputs | what | rel. error | tolerance | |\n");
+    out += "| --- | --- | --- | --- | --- | --- | --- |\n";
+    for r in rows {
+        let _ = writeln!(
+            out,
+            "| {} | {} | {} | {} | {:.2e} | {:.0e} | {} |",
+            r.config,
+            r.op,
+            r.shape,
+            r.what,
+            r.err,
+            r.tol,
+            if r.ok() { "ok" } else { "FAIL" }
+        );
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn relative_error_is_the_norm_of_the_difference_over_the_reference() {
+        let t = |v: &[f32]| Tensor::from_slice(v, v.len(), &Device::Cpu).unwrap();
+        assert_eq!(rel_err(&t(&[3.0, 4.0]), &t(&[3.0, 4.0])).unwrap(), 0.0);
+        let e = rel_err(&t(&[3.0, 4.5]), &t(&[3.0, 4.0])).unwrap();
+        assert!((e - 0.1).abs() < 1e-12, "{e}");
+        assert!(
+            rel_err(&t(&[f32::NAN, 4.0]), &t(&[3.0, 4.0]))
+                .unwrap()
+                .is_nan()
+        );
+    }
+
+    #[test]
+    fn a_row_fails_above_its_tolerance_and_on_nan() {
+        let row = |err| Row {
+            config: "c".into(),
+            op: "op",
+            shape: String::new(),
+            what: "forward".into(),
+            err,
+            tol: TOL_F32,
+        };
+        assert!(row(1e-6).ok());
+        assert!(!row(2e-5).ok());
+        assert!(!row(f64::NAN).ok());
+        assert!(table(&[row(2e-5)]).contains("FAIL"));
+    }
+}

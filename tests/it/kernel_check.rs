@@ -1,0 +1,61 @@
+//! `lab kernel-check`: every fused kernel against its definition on the CPU, a row per
+//! comparison; a device without lab kernels and a config that does not load are refused.
+
+use crate::util::{lab, root, run_expect};
+
+#[test]
+fn every_kernel_is_within_tolerance_at_a_config_and_the_seed_is_printed() {
+    let out = run_expect(
+        lab(&root()).args(["kernel-check", "--config", "tiny", "--seed", "7"]),
+        0,
+    );
+    let text = String::from_utf8_lossy(&out.stdout);
+    let rows: Vec<&str> = text.lines().filter(|l| l.starts_with("| tiny |")).collect();
+    // layer_norm 4, two linears 4 each, gelu 2, attention 2, head 3.
+    assert_eq!(rows.len(), 19, "{text}");
+    assert!(rows.iter().all(|r| r.ends_with("| ok |")), "{text}");
+    for op in [
+        "layer_norm",
+        "linear c_attn",
+        "linear c_fc",
+        "gelu",
+        "causal_attention",
+    ] {
+        assert!(
+            rows.iter().any(|r| r.contains(&format!("| {op} |"))),
+            "{op}: {text}"
+        );
+    }
+    assert!(
+        rows.iter()
+            .any(|r| r.contains("| head_cross_entropy |") && r.contains("grad wte"))
+    );
+    assert!(
+        text.contains("19 of 19 comparisons within tolerance on cpu (inputs from --seed 7)"),
+        "{text}"
+    );
+    // The same seed gives the same table.
+    let again = run_expect(
+        lab(&root()).args(["kernel-check", "--config", "tiny", "--seed", "7"]),
+        0,
+    );
+    assert_eq!(out.stdout, again.stdout);
+}
+
+#[test]
+fn a_device_without_lab_kernels_and_a_bad_config_are_refused() {
+    for (args, needle) in [
+        (vec!["kernel-check", "--device", "cuda"], "--device cuda"),
+        (
+            vec!["kernel-check", "--config", "no-such-config"],
+            "no-such-config",
+        ),
+    ] {
+        let out = run_expect(lab(&root()).args(&args), 2);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            err.contains(needle) && err.trim().lines().count() == 1,
+            "{err}"
+        );
+    }
+}
