@@ -156,15 +156,47 @@ impl AdamW {
         Ok(total.sqrt())
     }
 
-    /// One update at learning rate `lr`. Returns the gradient norm before clipping.
-    pub fn step(&mut self, params: &[(String, Var)], grads: &GradStore, lr: f64) -> Result<f64> {
-        let norm = AdamW::grad_norm(params, grads)?;
+    /// [`AdamW::grad_norm`] left on the parameters' device as an f64 scalar, so that nothing
+    /// waits for it.
+    fn grad_norm_on_device(params: &[(String, Var)], grads: &GradStore) -> Result<Tensor> {
+        let mut sums = Vec::with_capacity(params.len());
+        for (name, var) in params {
+            let Some(g) = grads.get(var.as_tensor()) else {
+                bail!("no gradient for {name}");
+            };
+            // Detached, as the moments' gradients are: the clip factor built from it must not
+            // carry the step's graph into the moments.
+            sums.push(g.detach().sqr()?.sum_all()?.to_dtype(DType::F64)?);
+        }
+        Tensor::stack(&sums, 0)?.sum_all()?.sqrt()
+    }
+
+    /// One update at learning rate `lr`. Returns the gradient norm before clipping as an f64
+    /// scalar: computed on the host by the fused CPU kernels, and on the parameters' device by
+    /// the composed path (CUDA's), where the clip factor stays too, so that the step enqueues
+    /// without waiting and the caller reads the norm when it reads the loss.
+    pub fn step(&mut self, params: &[(String, Var)], grads: &GradStore, lr: f64) -> Result<Tensor> {
         self.steps += 1;
         let hp = self.hp;
         let t = self.steps as i32;
         let bc1 = 1.0 - hp.beta1.powi(t);
         let bc2 = 1.0 - hp.beta2.powi(t);
-        let clip = (hp.grad_clip / (norm + 1e-6)).min(1.0);
+        let on_host = self
+            .slots
+            .iter()
+            .all(|s| matches!(s.moments, Moments::Host(_)));
+        let (norm, clip, clip_on_device) = if on_host {
+            let n = AdamW::grad_norm(params, grads)?;
+            let clip = (hp.grad_clip / (n + 1e-6)).min(1.0);
+            (Tensor::new(n, &candle_core::Device::Cpu)?, clip, None)
+        } else {
+            let n = AdamW::grad_norm_on_device(params, grads)?;
+            let c = Tensor::new(hp.grad_clip, n.device())?
+                .div(&(&n + 1e-6)?)?
+                .minimum(1.0)?
+                .to_dtype(DType::F32)?;
+            (n, 1.0, Some(c))
+        };
         for (slot, (_, var)) in self.slots.iter_mut().zip(params) {
             let grad = grads.get(var.as_tensor()).expect("checked in grad_norm");
             let u = Update {
@@ -191,7 +223,10 @@ impl AdamW {
                     // activations, it holds their graph, and moments built from it would keep
                     // every earlier step's graph alive (out of memory at step 21 of 100m-L8 in
                     // fp32 on an H200). Detached, the moments hold values only.
-                    let g = (grad.detach() * clip)?;
+                    let clip = clip_on_device
+                        .as_ref()
+                        .expect("device moments clip on the device");
+                    let g = grad.detach().broadcast_mul(clip)?;
                     *m = ((&*m * hp.beta1)? + (&g * (1.0 - hp.beta1))?)?;
                     *v = ((&*v * hp.beta2)? + (g.sqr()? * (1.0 - hp.beta2))?)?;
                     let p = (var.as_tensor() * (1.0 - lr * u.decay as f64))?;
@@ -310,7 +345,11 @@ mod tests {
         let mut o2 = AdamW::new(&by_hand, hyper(f64::INFINITY), Kernels::Fused).unwrap();
         let mut o3 = AdamW::new(&raw, hyper(f64::INFINITY), Kernels::Fused).unwrap();
         for s in [1.0, 10.0] {
-            let norm = o1.step(&clipped, &grads(&clipped, s), 1e-2).unwrap();
+            let norm = o1
+                .step(&clipped, &grads(&clipped, s), 1e-2)
+                .unwrap()
+                .to_scalar::<f64>()
+                .unwrap();
             assert!((norm - 13.0 * s).abs() < 1e-6 * s, "{norm}");
             o2.step(&by_hand, &grads(&by_hand, 1.0 / 13.0), 1e-2)
                 .unwrap();

@@ -312,10 +312,11 @@ fn train_in(
             let lr = sched.lr(lp.state.step);
             let (loss, grads) = accumulate(&lp, &batches)
                 .map_err(|e| anyhow::anyhow!("step {}: {e:#}", lp.state.step + 1))?;
-            let gnorm = {
+            let norm = {
                 let _t = profile::span("step/optimizer");
                 lp.opt.step(&model.params, &grads, lr)?
             };
+            let (loss, gnorm) = read_loss_and_norm(&lp, &loss, &norm)?;
             let s = &mut lp.state;
             let tokens = account(s, &gcfg, &batches, t0);
             throughput.step(tokens);
@@ -620,17 +621,22 @@ impl Window {
 
 /// Forward and backward of a batch given as micro-batches (`train.micro_batch`): each loss
 /// weighted by its share of the batch's loss tokens and the gradients summed, which is the
-/// whole batch's mean loss and its gradient. One micro-batch is exactly `step`.
-fn accumulate(lp: &Loop, parts: &[Batch]) -> Result<(f64, GradStore)> {
+/// whole batch's mean loss and its gradient. One micro-batch is exactly `step`. The loss stays
+/// an f64 scalar on the device: nothing waits for it.
+fn accumulate(lp: &Loop, parts: &[Batch]) -> Result<(Tensor, GradStore)> {
     if let [one] = parts {
         return step(lp, one, None);
     }
     let total: usize = parts.iter().map(|b| b.loss_tokens).sum();
-    let (mut loss, mut sum): (f64, Option<GradStore>) = (0.0, None);
+    let (mut loss, mut sum): (Option<Tensor>, Option<GradStore>) = (None, None);
     for b in parts {
         let w = b.loss_tokens as f64 / total.max(1) as f64;
         let (l, g) = step(lp, b, Some(w))?;
-        loss += w * l;
+        let l = (l * w)?;
+        loss = Some(match loss {
+            Some(acc) => (acc + l)?,
+            None => l,
+        });
         let Some(acc) = &mut sum else {
             sum = Some(g);
             continue;
@@ -645,29 +651,41 @@ fn accumulate(lp: &Loop, parts: &[Batch]) -> Result<(f64, GradStore)> {
             }
         }
     }
-    sum.ok_or_else(|| anyhow::anyhow!("an empty batch"))
-        .map(|g| (loss, g))
+    match (loss, sum) {
+        (Some(l), Some(g)) => Ok((l, g)),
+        _ => bail!("an empty batch"),
+    }
 }
 
-/// Forward and backward of one batch, its loss scaled by `weight` when given. A non-finite
-/// loss stops the run before any update, so the last checkpoint stays the last good state.
-fn step(lp: &Loop, batch: &Batch, weight: Option<f64>) -> Result<(f64, GradStore)> {
+/// Forward and backward of one batch, its loss scaled by `weight` when given. Returns the
+/// (unscaled) loss as an f64 scalar on the device.
+fn step(lp: &Loop, batch: &Batch, weight: Option<f64>) -> Result<(Tensor, GradStore)> {
     let fwd = profile::span("step/forward");
     let h = lp.model.hidden(&batch.ids, &batch.pos, &batch.lens)?;
     let loss: Tensor = lp.model.loss(&h, &batch.rows, &batch.targets)?;
-    let l = loss.to_scalar::<f32>()? as f64;
+    let l = loss.to_dtype(candle_core::DType::F64)?;
     drop(fwd);
-    if !l.is_finite() {
-        bail!(
-            "the training loss is {l} at epoch {}; stopping without an update. The last good checkpoint is kept in {} (lower train.lr?)",
-            lp.state.epoch + 1,
-            lp.run_dir.display()
-        );
-    }
     let _t = profile::span("step/backward");
     let loss = match weight {
         Some(w) => (loss * w)?,
         None => loss,
     };
     Ok((l, loss.backward()?))
+}
+
+/// The step's one host read: its loss and gradient norm together, once the update is queued.
+/// A non-finite loss stops the run before anything of the step is logged or checkpointed, so
+/// the last checkpoint stays the last good state.
+fn read_loss_and_norm(lp: &Loop, loss: &Tensor, norm: &Tensor) -> Result<(f64, f64)> {
+    let both = Tensor::stack(&[loss.clone(), norm.to_device(loss.device())?], 0)?;
+    let v = both.to_vec1::<f64>()?;
+    let (l, n) = (v[0], v[1]);
+    if !l.is_finite() {
+        bail!(
+            "the training loss is {l} at epoch {}; stopping before the step is saved. The last good checkpoint is kept in {} (lower train.lr?)",
+            lp.state.epoch + 1,
+            lp.run_dir.display()
+        );
+    }
+    Ok((l, n))
 }
