@@ -39,8 +39,39 @@ fn cuda(n: usize) -> Result<Device> {
         // SAFETY: the lab never creates a second stream, so no tensor is used, written or
         // freed across streams; this runs before any tensor of the device exists.
         unsafe { c.disable_event_tracking() };
+        keep_freed_memory(c)
+            .map_err(|e| anyhow::anyhow!("--device: CUDA device {n}'s memory pool: {e}"))?;
     }
     Ok(d)
+}
+
+/// cudarc allocates stream-ordered (`cuMemAllocAsync`) from the device's default memory pool
+/// wherever the GPU has pools (every GPU the lab targets). That pool's release threshold is 0:
+/// each synchronisation gives freed memory back to the driver, and the next step allocates
+/// it again. With the threshold at its maximum the pool keeps what a step frees for the next.
+#[cfg(feature = "cuda")]
+fn keep_freed_memory(c: &candle_core::CudaDevice) -> Result<()> {
+    use candle_core::cuda::cudarc::driver::sys;
+    let stream = c.cuda_stream();
+    let ctx = stream.context();
+    if !ctx.has_async_alloc() {
+        return Ok(());
+    }
+    ctx.bind_to_thread()?;
+    let mut pool: sys::CUmemoryPool = std::ptr::null_mut();
+    let mut threshold = u64::MAX;
+    // SAFETY: the context is bound to this thread, `pool` receives the device's default pool,
+    // and the attribute takes a pointer to a u64 that lives across the call.
+    unsafe {
+        sys::cuDeviceGetDefaultMemPool(&mut pool, ctx.cu_device()).result()?;
+        sys::cuMemPoolSetAttribute(
+            pool,
+            sys::CUmemPool_attribute::CU_MEMPOOL_ATTR_RELEASE_THRESHOLD,
+            (&mut threshold as *mut u64).cast(),
+        )
+        .result()?;
+    }
+    Ok(())
 }
 
 #[cfg(not(feature = "cuda"))]
