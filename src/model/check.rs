@@ -63,25 +63,28 @@ fn random(rng: &mut ChaCha8Rng, shape: &[usize], scale: f32) -> Result<Tensor> {
     Tensor::from_vec(v, shape, &Device::Cpu)
 }
 
-/// The output of `op` and the gradients of Σ output · r with respect to each input.
-fn forward_backward(op: Op, inputs: &[Tensor], r: &Tensor) -> Result<(Tensor, Vec<Tensor>)> {
+/// The inputs as variables, and `op`'s output on them.
+fn forward(op: Op, inputs: &[Tensor]) -> Result<(Vec<Var>, Tensor)> {
     let vars = inputs
         .iter()
         .map(Var::from_tensor)
         .collect::<Result<Vec<_>>>()?;
     let ts: Vec<Tensor> = vars.iter().map(|v| v.as_tensor().clone()).collect();
     let y = op(&ts)?;
-    let grads = (&y * r)?.sum_all()?.backward()?;
-    let g = vars
-        .iter()
+    Ok((vars, y))
+}
+
+/// The gradients of Σ y · r with respect to each variable.
+fn backward(vars: &[Var], y: &Tensor, r: &Tensor) -> Result<Vec<Tensor>> {
+    let grads = (y * r)?.sum_all()?.backward()?;
+    vars.iter()
         .map(|v| {
             grads
                 .get(v)
                 .cloned()
                 .ok_or_else(|| candle_core::Error::Msg("an input got no gradient".into()))
         })
-        .collect::<Result<Vec<_>>>()?;
-    Ok((y, g))
+        .collect()
 }
 
 /// The rows of one kernel: its forward and the gradient of each input named in `names`.
@@ -92,10 +95,11 @@ fn compare(
     reference: Op,
     inputs: &[Tensor],
 ) -> Result<Vec<Row>> {
-    let y = fused(inputs)?;
-    let r = random(rng, y.dims(), 1.0)?;
-    let (y1, g1) = forward_backward(fused, inputs, &r)?;
-    let (y2, g2) = forward_backward(reference, inputs, &r)?;
+    let (v1, y1) = forward(fused, inputs)?;
+    let r = random(rng, y1.dims(), 1.0)?;
+    let g1 = backward(&v1, &y1, &r)?;
+    let (v2, y2) = forward(reference, inputs)?;
+    let g2 = backward(&v2, &y2, &r)?;
     let shape = inputs
         .iter()
         .map(|t| format!("{:?}", t.dims()))

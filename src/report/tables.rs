@@ -54,7 +54,11 @@ fn g3(x: f64) -> String {
     if (-5..3).contains(&exp) {
         return trim(format!("{x:.*}", (2 - exp).max(0) as usize));
     }
-    let m = x / 10f64.powi(exp);
+    // The mantissa rounded to three digits may reach 10 (9.996e13 is 1e+14).
+    let (m, exp) = match x / 10f64.powi(exp) {
+        m if format!("{m:.2}").starts_with("10") => (m / 10.0, exp + 1),
+        m => (m, exp),
+    };
     let m = trim(format!("{m:.2}"));
     format!("{m}e{}{:02}", if exp < 0 { '-' } else { '+' }, exp.abs())
 }
@@ -317,6 +321,7 @@ mod tests {
     #[test]
     fn g3_writes_as_printf_does() {
         assert_eq!(g3(2.41e13), "2.41e+13");
+        assert_eq!(g3(9.996e13), "1e+14");
         assert_eq!(g3(2.4e13), "2.4e+13");
         assert_eq!(g3(3e13), "3e+13");
         assert_eq!(g3(12.345), "12.3");

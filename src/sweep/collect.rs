@@ -61,7 +61,8 @@ fn novelty_norm_by_constraints(s: &Summary) -> Vec<(u32, f64)> {
     })
 }
 
-fn csv_field(v: &Value) -> String {
+/// A value as `results.csv` writes it: null empty, a string quoted where it must be.
+pub fn csv_field(v: &Value) -> String {
     match v {
         Value::Null => String::new(),
         Value::String(s) if s.contains(',') || s.contains('"') => {
@@ -174,7 +175,7 @@ pub fn derived_by_epoch(dir: &Path) -> Result<BTreeMap<u64, Record>> {
             let mut m: serde_json::Map<String, Value> =
                 serde_json::from_str(line).with_context(bad)?;
             let epoch = m
-                .remove("epoch")
+                .shift_remove("epoch")
                 .and_then(|e| e.as_u64())
                 .with_context(bad)?;
             out.insert(epoch, m.into_iter().collect());

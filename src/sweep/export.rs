@@ -3,17 +3,16 @@
 //! in git, is collected from there, and is never trained twice.
 
 use std::collections::BTreeSet;
-use std::io::{Read as _, Write as _};
+use std::io::Write as _;
 use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result};
 use flate2::Compression;
-use flate2::read::GzDecoder;
 use flate2::write::GzEncoder;
 use serde::{Deserialize, Serialize};
 
 use crate::code::Code;
-use crate::fsutil::{StagingDir, write_atomic};
+use crate::fsutil::{StagingDir, read_text, write_atomic};
 use crate::rundir::{self, CONFIG, DONE, EVAL};
 use crate::sweep::PlanRow;
 use crate::sweep::collect::{self, FIGURES};
@@ -89,8 +88,7 @@ pub fn gzip(bytes: &[u8]) -> Result<Vec<u8>> {
 /// Sampled answers (`{"id", "samples": [scored…], "set"}` a query) as the lines `lab score
 /// --sets` reads, `{"id", "output"}` an answer in sample order: a sixth of the bytes, and the
 /// scoring is re-derived from them.
-fn answer_lines(bytes: Vec<u8>) -> Result<Vec<u8>> {
-    let text = String::from_utf8(bytes).context("sampled answers: not UTF-8")?;
+fn answer_lines(text: &str) -> Result<Vec<u8>> {
     let mut out = String::new();
     for line in text.lines() {
         let v: serde_json::Value =
@@ -132,25 +130,15 @@ fn thin_metrics(bytes: Vec<u8>, every: u64) -> Result<Vec<u8>> {
 }
 
 /// An evaluation's answers in a run directory (`eval/<stem>.jsonl`) or an exported run
-/// (`eval/<stem>.jsonl.gz`), as plain bytes; None where it kept none.
-fn read_answers(dir: &Path, stem: &str) -> Result<Option<Vec<u8>>> {
+/// (`eval/<stem>.jsonl.gz`); None where it kept none.
+fn read_answers(dir: &Path, stem: &str) -> Result<Option<String>> {
     let plain = dir.join(EVAL).join(format!("{stem}.jsonl"));
-    if plain.exists() {
-        return Ok(Some(
-            std::fs::read(&plain).with_context(|| format!("{}: cannot read", plain.display()))?,
-        ));
-    }
     let gz = plain.with_extension("jsonl.gz");
-    if !gz.exists() {
-        return Ok(None);
-    }
-    let mut bytes = Vec::new();
-    GzDecoder::new(
-        std::fs::File::open(&gz).with_context(|| format!("{}: cannot read", gz.display()))?,
-    )
-    .read_to_end(&mut bytes)
-    .with_context(|| format!("{}: not gzip", gz.display()))?;
-    Ok(Some(bytes))
+    [plain, gz]
+        .into_iter()
+        .find(|p| p.exists())
+        .map(|p| read_text(&p))
+        .transpose()
 }
 
 /// Write a run's committed files from `src` (a run directory, or an exported run) into `dst`:
@@ -222,10 +210,10 @@ pub fn write_layout(
             stems.push(format!("{stem}.samples"));
         }
         for st in stems {
-            if let Some(bytes) = read_answers(src, &st)? {
+            if let Some(text) = read_answers(src, &st)? {
                 put(
                     &format!("{EVAL}/{st}.jsonl.gz"),
-                    &gzip(&answer_lines(bytes)?)?,
+                    &gzip(&answer_lines(&text)?)?,
                 )?;
             }
         }

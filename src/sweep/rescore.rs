@@ -30,14 +30,6 @@ pub struct Rescored {
     pub mismatches: Vec<String>,
 }
 
-/// A figure as `results.csv` writes it.
-fn cell(v: &Value) -> String {
-    match v {
-        Value::Null => String::new(),
-        other => other.to_string(),
-    }
-}
-
 /// Re-score every `eval/epoch-NN.jsonl.gz` of `results`'s exported runs with the weights of the
 /// run's config and compare each figure an evaluation logs (and each one collect derives) with
 /// the committed `results.csv`, digit for digit. Worlds are built once each under `work`.
@@ -107,7 +99,7 @@ pub fn rescore(results: &Path, work: &Path) -> Result<Rescored> {
                     .collect()
             };
             for (column, v) in figures {
-                let (was, now) = (row.get(&column), cell(&v));
+                let (was, now) = (row.get(&column), collect::csv_field(&v));
                 out.figures += 1;
                 let close = match (was.parse::<f64>(), now.parse::<f64>()) {
                     (Ok(a), Ok(b)) => (a - b).abs() <= CLOSE * a.abs().max(b.abs()),

@@ -306,3 +306,29 @@ fn slurm_submits_only_runs_not_exported() {
     .unwrap();
     assert_eq!(tasks, format!("{gone}\n"));
 }
+
+/// `lab sweep slim` on the committed (slim) fixture changes no byte, and a results.csv the
+/// runs do not give is refused, with the first differing line named and nothing changed.
+#[test]
+fn slim_keeps_a_slim_study_as_it_is_and_refuses_a_results_csv_the_runs_do_not_give() {
+    let tmp = fixture_copy();
+    let dir = tmp.path();
+    let before = crate::util::dir_bytes(dir, &[]);
+    let out = run_expect(lab(dir).args(["sweep", "slim", "."]), 0);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("18 runs in the committed layout"), "{text}");
+    assert_eq!(crate::util::dir_bytes(dir, &[]), before);
+    let csv = std::fs::read_to_string(dir.join("results.csv")).unwrap();
+    let mut lines: Vec<String> = csv.lines().map(String::from).collect();
+    lines[1] = lines[1].replacen(",138,", ",139,", 1);
+    assert_ne!(lines[1], csv.lines().nth(1).unwrap());
+    std::fs::write(dir.join("results.csv"), lines.join("\n") + "\n").unwrap();
+    let changed = crate::util::dir_bytes(dir, &[]);
+    let out = run_expect(lab(dir).args(["sweep", "slim", "."]), 2);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("first at line 2") && err.contains("nothing was changed"),
+        "{err}"
+    );
+    assert_eq!(crate::util::dir_bytes(dir, &[]), changed);
+}
