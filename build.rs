@@ -1,7 +1,9 @@
 //! Builds the table of shipped configs and sweep specs (`src/shipped.rs` includes it), so that
 //! an installed `lab` has them anywhere; the code's identity (`src/code.rs`: commit, dirty tree,
 //! features, target CPU features); and, for the `cuda` build only, a RUNPATH so that the binary
-//! finds the CUDA 13 libraries in the usual toolkit places (see scripts/build-cuda.sh).
+//! finds the CUDA 13 libraries in the usual toolkit places (see scripts/build-cuda.sh); and the
+//! lab's CUDA kernels (`src/**/*.cu`): built for the host always, where the tests run their
+//! arithmetic, and to PTX for `compute_80` and `sm_90a` by nvcc in the `cuda` build.
 
 use std::path::Path;
 use std::process::Command;
@@ -94,6 +96,55 @@ fn table(dir: &str) -> String {
     format!("&[\n{rows}]")
 }
 
+/// The lab's CUDA kernel sources, each `src/<path>.cu` with its launch beside it.
+const KERNELS: &[&str] = &["src/train/adamw.cu"];
+
+/// The PTX targets: `compute_80` JIT-compiles on any GPU from the A100 on (A100, L40S, H100),
+/// `sm_90a` is Hopper's own. src/cuda.rs picks one by the device's compute capability.
+const PTX_ARCHS: &[&str] = &["compute_80", "sm_90a"];
+
+/// Each kernel's host build (its `LAB_HD` arithmetic and the host runs of its launches) into
+/// one static library, for the tests; and with the `cuda` feature, its PTX for each target
+/// as `OUT_DIR/<stem>.<arch>.ptx`. nvcc runs with `-fmad=false`: no multiply-add is fused, so
+/// the GPU computes what the host build computes, bit for bit.
+fn kernels(out: &Path) {
+    let mut host = cc::Build::new();
+    host.cpp(true)
+        .flag("-x")
+        .flag("c++")
+        .flag("-ffp-contract=off")
+        .opt_level(2)
+        .warnings_into_errors(true);
+    for k in KERNELS {
+        host.file(k);
+        println!("cargo:rerun-if-changed={k}");
+    }
+    host.compile("lab_kernels_host");
+    if std::env::var_os("CARGO_FEATURE_CUDA").is_none() {
+        return;
+    }
+    let nvcc = std::env::var("NVCC").unwrap_or_else(|_| "nvcc".into());
+    for k in KERNELS {
+        let stem = Path::new(k)
+            .file_stem()
+            .and_then(|s| s.to_str())
+            .expect("kernel stem");
+        for arch in PTX_ARCHS {
+            let ptx = out.join(format!("{stem}.{arch}.ptx"));
+            let status = Command::new(&nvcc)
+                .args(["--ptx", "-O3", "-fmad=false", "-std=c++17"])
+                .arg(format!("-arch={arch}"))
+                .arg(k)
+                .arg("-o")
+                .arg(&ptx)
+                .status()
+                .unwrap_or_else(|e| panic!("{nvcc}: {e} (scripts/build-cuda.sh sets it up)"));
+            assert!(status.success(), "{nvcc} failed on {k} for {arch}");
+        }
+    }
+    println!("cargo:rerun-if-env-changed=NVCC");
+}
+
 fn main() {
     let out = Path::new(&std::env::var("OUT_DIR").expect("OUT_DIR")).join("shipped.rs");
     let code = format!(
@@ -104,6 +155,7 @@ fn main() {
     );
     std::fs::write(&out, code).expect("writing shipped.rs");
     code_identity();
+    kernels(out.parent().expect("OUT_DIR"));
     if std::env::var_os("CARGO_FEATURE_CUDA").is_some() {
         println!(
             "cargo:rustc-link-arg-bins=-Wl,-rpath,$ORIGIN:/usr/local/cuda/lib64:/usr/local/cuda-13/lib64:/usr/lib/x86_64-linux-gnu:/usr/local/nvidia/lib64"

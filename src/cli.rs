@@ -79,8 +79,9 @@ pub enum Command {
         /// Peak FLOP/s for MFU [default: measured on the CPU, a data-sheet table on CUDA].
         #[arg(long, value_parser = positive_flops)]
         peak: Option<f64>,
-        /// The kernels: fused (the CPU's, fp32) or composed (candle's ops, which CUDA runs)
-        /// [default: the device's own].
+        /// The kernels: fused (the lab's own: every op on the CPU, fp32 only; the optimizer on
+        /// CUDA, until a GPU check has passed them) or composed (candle's ops)
+        /// [default: fused on the CPU in fp32, composed elsewhere].
         #[arg(long, value_enum)]
         kernels: Option<crate::model::Kernels>,
         /// Override a config value, validated as the file is: --set train.lr=1e-3 (repeatable).
@@ -161,7 +162,8 @@ pub enum Command {
         /// fair-cpu].
         #[arg(long = "config")]
         configs: Vec<PathBuf>,
-        /// The device the kernels run on (`cpu`; `cuda` once the lab has CUDA kernels).
+        /// The device the kernels run on: `cpu` (every kernel against its definition) or
+        /// `cuda[:N]` (the kernels with a CUDA version against their CPU version).
         #[arg(long, default_value = "cpu")]
         device: String,
         /// The inputs' seed [default: the clock, printed].
@@ -405,11 +407,7 @@ impl SampleArgs {
 
 /// `lab kernel-check`: the table, and exit 1 when a row fails.
 fn kernel_check(configs: Vec<PathBuf>, device: &str, seed: Option<u64>) -> Result<Exit> {
-    if device != "cpu" {
-        anyhow::bail!(
-            "--device {device}: no lab kernel has a {device} implementation yet; the CPU kernels are checked with --device cpu"
-        );
-    }
+    let dev = crate::device::parse(device)?;
     let configs = if configs.is_empty() {
         ["1m-L4", "10m-L6", "100m-L8", "fair-cpu"]
             .map(PathBuf::from)
@@ -422,13 +420,14 @@ fn kernel_check(configs: Vec<PathBuf>, device: &str, seed: Option<u64>) -> Resul
         .map(|c| Ok((c.display().to_string(), Config::load(c)?)))
         .collect::<Result<Vec<_>>>()?;
     let seed = seed.unwrap_or_else(crate::model::check::fresh_seed);
-    let rows = crate::model::check::check(&loaded, seed)?;
+    let rows = crate::model::check::check(&loaded, &dev, seed)?;
     print!("{}", crate::model::check::table(&rows));
     let failed = rows.iter().filter(|r| !r.ok()).count();
     println!(
-        "{} of {} comparisons within tolerance on cpu (inputs from --seed {seed})",
+        "{} of {} comparisons within tolerance on {} (inputs from --seed {seed})",
         rows.len() - failed,
-        rows.len()
+        rows.len(),
+        crate::device::name(&dev)
     );
     Ok(if failed > 0 {
         Exit::RunsFailed

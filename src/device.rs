@@ -74,6 +74,15 @@ fn keep_freed_memory(c: &candle_core::CudaDevice) -> Result<()> {
     Ok(())
 }
 
+/// f32 matmuls on TF32 tensor cores (on by default once a GPU is opened), or in full f32 as
+/// the GPU checks compare them. Nothing to set without CUDA.
+pub fn tf32(on: bool) {
+    #[cfg(feature = "cuda")]
+    candle_core::cuda::set_gemm_reduced_precision_f32(on);
+    #[cfg(not(feature = "cuda"))]
+    let _ = on;
+}
+
 #[cfg(not(feature = "cuda"))]
 fn cuda(_n: usize) -> Result<Device> {
     bail!("--device: this binary was built without CUDA; build one with scripts/build-cuda.sh")

@@ -237,7 +237,7 @@ impl Decoder<'_> {
         rngs: &mut [ChaCha8Rng],
         logits: &mut Vec<f32>,
     ) -> Result<Vec<u32>> {
-        if self.decode == Decode::Greedy && self.model.kernels == Kernels::Composed {
+        if self.decode == Decode::Greedy && self.model.ops() == Kernels::Composed {
             // The argmax where the logits are (the GPU): one token id a row comes back, not V
             // logits. Like `fastmath::argmax`, candle keeps the first maximum.
             let _t = profile::span("decode/head");

@@ -1,5 +1,6 @@
 //! `lab kernel-check`: every lab kernel, forward and backward, against its definition
-//! (`ops::reference`) at the shapes of real configs, on fresh random inputs, as a table.
+//! (`ops::reference`) at the shapes of real configs, on fresh random inputs, as a table; on
+//! CUDA, the kernels that have a CUDA version (the optimizer) against their CPU version.
 
 use std::fmt::Write as _;
 
@@ -7,8 +8,8 @@ use candle_core::{Device, Result, Tensor, Var};
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
-use crate::config::Config;
-use crate::model::{GptConfig, ops};
+use crate::config::{Config, Precision};
+use crate::model::{GptConfig, Kernels, ops};
 use crate::tokenizer::Vocab;
 
 /// The relative error a fp32 kernel may have against its definition: reductions of a few
@@ -57,7 +58,7 @@ pub fn rel_err(a: &Tensor, b: &Tensor) -> Result<f64> {
 type Op<'a> = &'a dyn Fn(&[Tensor]) -> Result<Tensor>;
 
 /// Uniform values in [−scale, scale) of a shape, from `rng`.
-fn random(rng: &mut ChaCha8Rng, shape: &[usize], scale: f32) -> Result<Tensor> {
+pub fn random(rng: &mut ChaCha8Rng, shape: &[usize], scale: f32) -> Result<Tensor> {
     let n = shape.iter().product();
     let v: Vec<f32> = (0..n).map(|_| rng.random_range(-scale..scale)).collect();
     Tensor::from_vec(v, shape, &Device::Cpu)
@@ -198,12 +199,33 @@ pub fn fresh_seed() -> u64 {
         .map_or(0, |d| d.as_nanos() as u64)
 }
 
-/// The kernels of every config, inputs from `seed`.
-pub fn check(configs: &[(String, Config)], seed: u64) -> Result<Vec<Row>> {
+/// Models up to this size get the whole-model rows on the CPU, where a larger one's three
+/// forward and backward passes would take minutes; on a GPU every config gets them.
+const CPU_MODEL_ROWS_MAX_PARAMS: u64 = 20_000_000;
+
+/// The kernels of every config on `device`, inputs from `seed`: on the CPU every op, the
+/// optimizer and the whole model's gradients (composed against fused, fp32 and bf16); on CUDA
+/// the optimizer and the whole model's gradients in fp32 (TF32 off) and bf16 against the CPU's
+/// fused fp32 model (the ops have no CUDA version yet).
+pub fn check(configs: &[(String, Config)], device: &Device, seed: u64) -> Result<Vec<Row>> {
     let mut rng = ChaCha8Rng::seed_from_u64(seed);
     let mut rows = Vec::new();
     for (name, cfg) in configs {
-        rows.extend(check_config(name, cfg, &mut rng)?);
+        let g = GptConfig::new(cfg, Vocab::of_config(&cfg.graph).n_tokens());
+        if device.is_cpu() {
+            rows.extend(check_config(name, cfg, &mut rng)?);
+        }
+        rows.extend(crate::train::adamw::check::rows(
+            name, &g, device, &mut rng,
+        )?);
+        if device.is_cpu() && g.total_params() > CPU_MODEL_ROWS_MAX_PARAMS {
+            continue;
+        }
+        for p in [Precision::Fp32, Precision::Bf16] {
+            crate::device::tf32(p == Precision::Bf16);
+            let on = (device, p, Kernels::Composed);
+            rows.extend(crate::model::grad_check::rows(name, &g, on, &mut rng)?);
+        }
     }
     Ok(rows)
 }

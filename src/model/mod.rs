@@ -4,6 +4,7 @@
 
 pub mod check;
 pub mod fastmath;
+pub mod grad_check;
 pub mod kv;
 pub mod ops;
 pub mod profile;
@@ -377,6 +378,17 @@ impl Gpt {
         self.wte.device()
     }
 
+    /// The kernels the model's ops run: `kernels` on the CPU; elsewhere the composed ones, as
+    /// the lab's fused ops have no CUDA version yet (on CUDA `--kernels fused` chooses the lab's
+    /// optimizer kernels only).
+    pub fn ops(&self) -> Kernels {
+        if self.device().is_cpu() {
+            self.kernels
+        } else {
+            Kernels::Composed
+        }
+    }
+
     /// Train and decode in `p`. bf16 runs on the composed kernels (the fused CPU kernels are
     /// f32 only); the parameters stay f32 either way.
     pub fn set_precision(&mut self, p: Precision) {
@@ -402,7 +414,7 @@ impl Gpt {
     }
 
     fn layer_norm(&self, x: &Tensor, (w, b): &(Tensor, Tensor)) -> Result<Tensor> {
-        match self.kernels {
+        match self.ops() {
             Kernels::Fused => ops::layer_norm(x, w, b),
             Kernels::Composed => ops::reference::layer_norm(x, w, b),
         }
@@ -410,14 +422,14 @@ impl Gpt {
 
     /// x · W + b with W in Conv1D (in, out) layout.
     fn linear(&self, x: &Tensor, (w, b): &(Tensor, Tensor)) -> Result<Tensor> {
-        match self.kernels {
+        match self.ops() {
             Kernels::Fused => ops::linear(x, w, b),
             Kernels::Composed => self.mm(x, w)?.broadcast_add(b),
         }
     }
 
     fn gelu(&self, x: &Tensor) -> Result<Tensor> {
-        match self.kernels {
+        match self.ops() {
             Kernels::Fused => ops::gelu(x),
             Kernels::Composed => ops::reference::gelu(x),
         }
@@ -427,7 +439,7 @@ impl Gpt {
     fn attention(&self, qkv: &Tensor, layer: usize, layout: &mut Layout) -> Result<Tensor> {
         let e = qkv.dim(1)? / 3;
         match layout {
-            Layout::Packed(p) if self.kernels == Kernels::Fused => {
+            Layout::Packed(p) if self.ops() == Kernels::Fused => {
                 ops::causal_attention(qkv, &p.lens, self.cfg.n_head)
             }
             Layout::Packed(p) => {
@@ -535,7 +547,7 @@ impl Gpt {
     /// over all `vocab_size` logits as HF computes it.
     pub fn loss(&self, hidden: &Tensor, rows: &Tensor, targets: &Tensor) -> Result<Tensor> {
         let sel = hidden.index_select(rows, 0)?;
-        match self.kernels {
+        match self.ops() {
             Kernels::Fused => ops::head_cross_entropy(&sel, &self.wte, targets),
             Kernels::Composed => {
                 let logits = self.logits(&sel)?;
@@ -559,7 +571,7 @@ impl Gpt {
     pub fn logits_into(&self, hidden_rows: &Tensor, out: &mut Vec<f32>) -> Result<()> {
         let (n, e) = hidden_rows.dims2()?;
         let v = self.cfg.vocab_size;
-        if self.kernels == Kernels::Fused {
+        if self.ops() == Kernels::Fused {
             let h = hidden_rows.contiguous()?;
             out.resize(n * v, 0.0);
             return ops::with_host_f32(&h, |h| {
@@ -580,7 +592,7 @@ impl Gpt {
             self.cfg.n_embd,
             pad,
             cap,
-            self.kernels == Kernels::Fused && self.device().is_cpu(),
+            self.ops() == Kernels::Fused,
         )
     }
 }

@@ -1,7 +1,8 @@
 //! AdamW that can resume (SPEC §5): PyTorch's update, decoupled weight decay on tensors of
 //! rank >= 2 only, global-norm clipping folded into the update, and moments that are saved
-//! to and restored from `optimizer.safetensors`. In place on CPU with the fused kernels; in
-//! composed tensor ops (the path CUDA runs) with the composed ones.
+//! to and restored from `optimizer.safetensors`. In place on CPU with the fused kernels; on a
+//! CUDA GPU with the fused kernels, the multi-tensor launches of `adamw.cu`; elsewhere in
+//! composed tensor ops (CUDA's default until a GPU check has passed the kernels).
 
 use std::collections::HashMap;
 use std::sync::Mutex;
@@ -13,6 +14,14 @@ use candle_core::{CpuStorage, DType, InplaceOp2, Layout, Result, Tensor, Var, ba
 
 use crate::config::TrainConfig;
 use crate::model::Kernels;
+
+pub mod check;
+#[cfg(feature = "cuda")]
+mod cuda;
+#[cfg(test)]
+mod host;
+#[cfg(any(test, feature = "cuda"))]
+mod multi_tensor;
 
 #[derive(Clone, Copy, Debug)]
 pub struct Hyper {
@@ -49,11 +58,26 @@ struct Slot {
     moments: Moments,
 }
 
+impl Slot {
+    /// This tensor's weight decay: the configured one for rank >= 2, else none.
+    fn decay(&self, hp: Hyper) -> f32 {
+        if self.decay {
+            hp.weight_decay as f32
+        } else {
+            0.0
+        }
+    }
+}
+
 pub struct AdamW {
     hp: Hyper,
     slots: Vec<Slot>,
     /// Updates taken so far (PyTorch's `step`, used for bias correction).
     pub steps: u64,
+    /// The multi-tensor kernels, where the parameters are on a CUDA GPU and the fused kernels
+    /// were asked for.
+    #[cfg(feature = "cuda")]
+    launcher: Option<cuda::Launcher>,
 }
 
 /// The scalars of one update, shared by every parameter.
@@ -134,10 +158,19 @@ impl AdamW {
                 })
             })
             .collect::<Result<_>>()?;
+        #[cfg(feature = "cuda")]
+        let launcher = match params.first().map(|(_, v)| v.device()) {
+            Some(candle_core::Device::Cuda(dev)) if kernels == Kernels::Fused => Some(
+                cuda::Launcher::new(dev, params.iter().map(|(_, v)| v.elem_count()))?,
+            ),
+            _ => None,
+        };
         Ok(AdamW {
             hp,
             slots,
             steps: 0,
+            #[cfg(feature = "cuda")]
+            launcher,
         })
     }
 
@@ -181,6 +214,21 @@ impl AdamW {
         let t = self.steps as i32;
         let bc1 = 1.0 - hp.beta1.powi(t);
         let bc2 = 1.0 - hp.beta2.powi(t);
+        // Decay and clip factor are set per tensor and per path below.
+        let shared = Update {
+            lr: lr as f32,
+            decay: 0.0,
+            beta1: hp.beta1 as f32,
+            beta2: hp.beta2 as f32,
+            eps: hp.eps as f32,
+            step_size: (lr / bc1) as f32,
+            bc2_sqrt: bc2.sqrt() as f32,
+            clip: 1.0,
+        };
+        #[cfg(feature = "cuda")]
+        if let Some(l) = &mut self.launcher {
+            return cuda_step(l, &self.slots, params, grads, hp, shared);
+        }
         let on_host = self
             .slots
             .iter()
@@ -200,18 +248,9 @@ impl AdamW {
         for (slot, (_, var)) in self.slots.iter_mut().zip(params) {
             let grad = grads.get(var.as_tensor()).expect("checked in grad_norm");
             let u = Update {
-                lr: lr as f32,
-                decay: if slot.decay {
-                    hp.weight_decay as f32
-                } else {
-                    0.0
-                },
-                beta1: hp.beta1 as f32,
-                beta2: hp.beta2 as f32,
-                eps: hp.eps as f32,
-                step_size: (lr / bc1) as f32,
-                bc2_sqrt: bc2.sqrt() as f32,
+                decay: slot.decay(hp),
                 clip: clip as f32,
+                ..shared
             };
             match &mut slot.moments {
                 Moments::Host(m) => {
@@ -286,6 +325,34 @@ impl AdamW {
         self.steps = steps;
         Ok(())
     }
+}
+
+/// One update through the multi-tensor kernels: the norm, the clip factor and the update in
+/// a few launches for all tensors, nothing read back.
+#[cfg(feature = "cuda")]
+fn cuda_step(
+    l: &mut cuda::Launcher,
+    slots: &[Slot],
+    params: &[(String, Var)],
+    grads: &GradStore,
+    hp: Hyper,
+    shared: Update,
+) -> Result<Tensor> {
+    let mut held = Vec::with_capacity(params.len());
+    for (slot, (name, var)) in slots.iter().zip(params) {
+        let Some(g) = grads.get(var.as_tensor()) else {
+            bail!("no gradient for {name}");
+        };
+        let Moments::Device(m, v) = &slot.moments else {
+            bail!("{name}: the CUDA optimizer keeps its moments on the GPU");
+        };
+        held.push((var, g.contiguous()?, m, v, slot.decay(hp)));
+    }
+    let tensors: Vec<_> = held
+        .iter()
+        .map(|(p, g, m, v, d)| (*p, g, *m, *v, *d))
+        .collect();
+    l.step(&tensors, hp.grad_clip, shared.into())
 }
 
 #[cfg(test)]

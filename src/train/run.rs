@@ -36,7 +36,8 @@ pub struct Options {
     pub takeover: bool,
     /// The device's peak FLOP/s for MFU, instead of the measured or tabled one.
     pub peak: Option<f64>,
-    /// The kernels instead of the device's and precision's own (fused: CPU and fp32 only).
+    /// The kernels instead of the device's and precision's own: fused is the lab's kernels (on
+    /// the CPU every op, fp32 only; on CUDA the optimizer).
     pub kernels: Option<Kernels>,
 }
 
@@ -170,13 +171,11 @@ pub fn train(opts: Options) -> Result<Outcome> {
     let cfg = &opts.config;
     // Refused before anything is built or written: the run directory is left as it was.
     let precision = Precision::resolve(cfg.train.precision, &opts.device);
-    if opts.kernels == Some(Kernels::Fused)
-        && (!opts.device.is_cpu() || precision != Precision::Fp32)
+    if opts.kernels == Some(Kernels::Fused) && opts.device.is_cpu() && precision != Precision::Fp32
     {
         bail!(
-            "--kernels fused: the fused kernels run on the CPU in fp32 only, and this run is on {} \
-             with train.precision = {}",
-            crate::device::name(&opts.device),
+            "--kernels fused: the fused CPU kernels run in fp32 only, and this run has \
+             train.precision = {}",
             precision.name()
         );
     }

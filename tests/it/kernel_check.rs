@@ -1,5 +1,6 @@
-//! `lab kernel-check`: every fused kernel against its definition on the CPU, a row per
-//! comparison; a device without lab kernels and a config that does not load are refused.
+//! `lab kernel-check`: every fused kernel, the optimizer and the whole model's gradients
+//! against their definitions on the CPU, a row per comparison; a device this binary cannot
+//! open and a config that does not load are refused.
 
 use crate::util::{lab, root, run_expect};
 
@@ -11,8 +12,9 @@ fn every_kernel_is_within_tolerance_at_a_config_and_the_seed_is_printed() {
     );
     let text = String::from_utf8_lossy(&out.stdout);
     let rows: Vec<&str> = text.lines().filter(|l| l.starts_with("| tiny |")).collect();
-    // layer_norm 4, two linears 4 each, gelu 2, attention 2, head 3.
-    assert_eq!(rows.len(), 19, "{text}");
+    // layer_norm 4, two linears 4 each, gelu 2, attention 2, head 3; adamw 5; the model 3 in
+    // fp32 and 3 in bf16.
+    assert_eq!(rows.len(), 30, "{text}");
     assert!(rows.iter().all(|r| r.ends_with("| ok |")), "{text}");
     for op in [
         "layer_norm",
@@ -30,8 +32,19 @@ fn every_kernel_is_within_tolerance_at_a_config_and_the_seed_is_printed() {
         rows.iter()
             .any(|r| r.contains("| head_cross_entropy |") && r.contains("grad wte"))
     );
+    for what in [
+        "| adamw |",
+        "parameter change",
+        "| model |",
+        "fp32",
+        "bf16",
+        "grad, worst",
+    ] {
+        assert!(rows.iter().any(|r| r.contains(what)), "{what}: {text}");
+    }
     assert!(
-        text.contains("19 of 19 comparisons within tolerance on cpu (inputs from --seed 7)"),
+        text.contains("30 of 30 comparisons within tolerance on cpu (")
+            && text.contains("(inputs from --seed 7)"),
         "{text}"
     );
     // The same seed gives the same table.
@@ -43,9 +56,10 @@ fn every_kernel_is_within_tolerance_at_a_config_and_the_seed_is_printed() {
 }
 
 #[test]
-fn a_device_without_lab_kernels_and_a_bad_config_are_refused() {
+fn a_device_the_binary_cannot_open_and_a_bad_config_are_refused() {
     for (args, needle) in [
-        (vec!["kernel-check", "--device", "cuda"], "--device cuda"),
+        (vec!["kernel-check", "--device", "cuda"], "without CUDA"),
+        (vec!["kernel-check", "--device", "tpu"], "`tpu`"),
         (
             vec!["kernel-check", "--config", "no-such-config"],
             "no-such-config",
