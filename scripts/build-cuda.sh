@@ -18,17 +18,8 @@ export CUDA_COMPUTE_CAP=${CUDA_COMPUTE_CAP:-90}
 export CUDAFORGE_THREADS=${CUDAFORGE_THREADS:-$(nproc)}
 export CUDARC_CUDA_VERSION=13000
 
-if [ ! -x "$kit/bin/nvcc" ]; then
-  echo "== CUDA 13.0 toolkit from PyPI wheels into $kit"
-  python3 -m pip install --quiet --disable-pip-version-check --no-deps --target "$kit/wheels" \
-    nvidia-cuda-nvcc==13.0.88 nvidia-cuda-crt==13.0.88 nvidia-nvvm==13.0.88 \
-    nvidia-cuda-runtime==13.0.96 nvidia-cuda-cccl==13.0.85
-  cu=$kit/wheels/nvidia/cu13
-  for d in bin include nvvm; do ln -sfn "$cu/$d" "$kit/$d"; done
-  mkdir -p "$kit/lib64/stubs"
-  for f in "$cu"/lib/*.so*; do ln -sfn "$f" "$kit/lib64/$(basename "$f")"; done
-  ln -sfn libcudart.so.13 "$kit/lib64/libcudart.so"
-fi
+. scripts/lib.sh
+cuda_kit "$kit"
 
 # Stubs: one empty function per symbol cudarc declares, with the real library's soname.
 # cudarc's sources in the registry, fetched first on a fresh machine (where ls finds nothing,

@@ -18,16 +18,20 @@
 #      LD_LIBRARY_PATH is set for the rest of the run (RUNPATH does not reach cuBLAS's own
 #      libcublasLt);
 #   1. the binary: --lab BIN, else dist/lab-cuda; never built on the device machine (the dry run
-#      uses target/release/lab);
+#      uses target/release/lab); then `lab kernel-check --device cuda`: the lab's CUDA kernels
+#      (the multi-tensor AdamW) against their CPU version, and one batch's loss and every
+#      parameter's gradient from the CUDA model (fp32 with TF32 off, and bf16) against the
+#      CPU's fp32, at 1m-L4, 10m-L6, 100m-L8 and the study shape (the dry run: tiny, on the CPU);
 #   2. the first-step loss on the device equals the CPU loss on the same batch: fp32 (TF32
 #      matmuls, tolerance 2e-3 relative) and bf16 (2e-2 relative), against the CPU's fp32;
 #   3. the backward: 5 fp32 steps on the device and on the CPU from the same seed and batches;
 #      the loss and gradient norm at every step (2e-3 relative on CUDA, 1e-4 in the dry run),
 #      and every tensor's update after the last (relative L2, 0.1 on CUDA, 1e-2 in the dry run;
-#      scripts/compare_updates.py). In the dry run the "device" side runs the composed kernels
-#      that CUDA runs (--kernels composed) and the CPU side the fused ones;
-#   4. 200 steps of 10m-L6 and of 100m-L8 in bf16, and of 100m-L8 in fp32: tokens/s, MFU, peak
-#      device memory;
+#      scripts/compare_updates.py); on CUDA with the composed kernels and again with the lab's
+#      (--kernels fused: the multi-tensor AdamW). In the dry run the "device" side runs the
+#      composed kernels that CUDA runs (--kernels composed) and the CPU side the fused ones;
+#   4. 200 steps of 10m-L6 and of 100m-L8 in bf16, of 100m-L8 in bf16 with the lab's kernels,
+#      and of 100m-L8 in fp32: tokens/s, MFU, peak device memory;
 #   5. a checkpoint written on the device resumes on the CPU: the next step's loss on the CPU
 #      equals the device's (fp32, 2e-3 relative);
 #   6. greedy decoding of the paper eval set with the 100m-L8 model of step 4: seconds and
@@ -190,6 +194,16 @@ else
   row "1 binary" FAILED "$how"
   finish
 fi
+# 1. The lab's kernels against their CPU version, and the model's gradients against the CPU's.
+if [ $dry = 1 ]; then kc=(--config "$root/configs/tiny.toml"); else kc=(); fi
+if timeout "$(limit 240)" "$lab" kernel-check --device $dev --seed 1 "${kc[@]}" >"$out/s1-kernels.log" 2>&1; then
+  row "1 kernel-check" ok "$(tail -n 1 "$out/s1-kernels.log")"
+else
+  fail 1 "$out/s1-kernels.log"
+  row "1 kernel-check" FAILED "$(grep -c FAIL "$out/s1-kernels.log") rows failed: $(grep FAIL "$out/s1-kernels.log" | head -n 3 | tr '\n' ' ')"
+fi
+cp "$out/s1-kernels.log" "$out/kernel-check.md" 2>/dev/null
+
 train() { # NAME CONFIG DEVICE SECONDS ARGS...: a run under $out/NAME, its log beside it
   local name=$1 cfg=$2 device=$3 secs=$4
   shift 4
@@ -218,28 +232,35 @@ else
 fi
 
 # 3. The backward: N fp32 steps on both sides, every step's loss and gradient norm, and every
-# tensor's update after the last.
+# tensor's update after the last; on CUDA with each kernel set.
 n=5
 fp32n=(--set train.precision=fp32 --set train.log_every=1)
+if [ $dry = 1 ]; then variants=(composed); else variants=(composed fused); fi
 if train s3-init "$small" cpu 60 --max-steps 0 "${fp32n[@]}" &&
-  train s3-cpu "$small" cpu 120 --max-steps $n "${fp32n[@]}" --kernels fused &&
-  train s3-dev "$small" $dev 60 --max-steps $n "${fp32n[@]}" "${composed[@]}"; then
-  for key in train/loss train/grad_norm; do
-    # The first step past the tolerance, else the last step.
-    for s in $(seq 1 $n); do
-      a=$(metric_at "$out/s3-dev" "$s" $key)
-      b=$(metric_at "$out/s3-cpu" "$s" $key)
-      close "$a" "$b" "$tol_step" && ok=1 || { ok=0; break; }
+  train s3-cpu "$small" cpu 120 --max-steps $n "${fp32n[@]}" --kernels fused; then
+  for v in "${variants[@]}"; do
+    if ! train "s3-dev-$v" "$small" $dev 60 --max-steps $n "${fp32n[@]}" --kernels "$v"; then
+      fail 3 "$out/s3-dev-$v.log"
+      row "3 backward, $v kernels" FAILED "see the error above"
+      continue
+    fi
+    for key in train/loss train/grad_norm; do
+      # The first step past the tolerance, else the last step.
+      for s in $(seq 1 $n); do
+        a=$(metric_at "$out/s3-dev-$v" "$s" $key)
+        b=$(metric_at "$out/s3-cpu" "$s" $key)
+        close "$a" "$b" "$tol_step" && ok=1 || { ok=0; break; }
+      done
+      check "3 backward, $v kernels, $key, $n steps" $ok \
+        "step $s: $dev $a, cpu $b (tolerance $tol_step relative at every step)"
     done
-    check "3 backward, $key, $n steps" $ok \
-      "step $s: $dev $a, cpu $b (tolerance $tol_step relative at every step)"
+    if figures=$(python3 "$root/scripts/compare_updates.py" "$out/s3-init/model.safetensors" \
+      "$out/s3-dev-$v/model.safetensors" "$out/s3-cpu/model.safetensors" "$tol_update" 2>&1); then
+      check "3 backward, $v kernels, updates after $n steps" 1 "$figures"
+    else
+      check "3 backward, $v kernels, updates after $n steps" 0 "$figures"
+    fi
   done
-  if figures=$(python3 "$root/scripts/compare_updates.py" "$out/s3-init/model.safetensors" \
-    "$out/s3-dev/model.safetensors" "$out/s3-cpu/model.safetensors" "$tol_update" 2>&1); then
-    check "3 backward, updates after $n steps" 1 "$figures"
-  else
-    check "3 backward, updates after $n steps" 0 "$figures"
-  fi
 else
   fail 3 "$(ls -t "$out"/s3-*.log | head -n 1)"
   row "3 backward" FAILED "see the error above"
@@ -253,11 +274,15 @@ mem_watch() { # poll the device's used memory (MiB) into $1 until killed
 }
 # The big model in fp32 too: the composed optimizer once kept every step's graph alive in fp32
 # (out of memory at step 21 of 100m-L8), which 5 steps of the small model did not show.
-for run in small:bf16 big:bf16 big:fp32; do
-  size=${run%:*} prec=${run#*:}
+# On CUDA the big model in bf16 again with the lab's kernels (the multi-tensor AdamW).
+runs=(small:bf16:composed big:bf16:composed big:fp32:composed)
+[ $dry = 1 ] || runs+=(big:bf16:fused)
+for run in "${runs[@]}"; do
+  IFS=: read -r size prec kern <<<"$run"
   if [ $size = small ]; then cfg=$small; else cfg=$big; fi
   name=s4-$size
   [ $prec = bf16 ] || name=$name-$prec
+  [ $kern = composed ] || name=$name-$kern
   mem_watch "$out/$name.mem" &
   watch=$!
   if /usr/bin/time -f '%M' -o "$out/$name.rss" true 2>/dev/null; then
@@ -267,7 +292,7 @@ for run in small:bf16 big:bf16 big:fp32; do
   fi
   if timeout "$(limit 150)" "${timed[@]}" "$lab" train --config "$cfg" --device $dev \
     --out "$out/$name" "${shape[@]}" --max-steps "$steps" --set train.precision=$prec \
-    --set train.log_every=10 >"$out/$name.log" 2>&1; then
+    --kernels "$kern" --set train.log_every=10 >"$out/$name.log" 2>&1; then
     kill $watch 2>/dev/null
     tps=$(grep 'throughput:' "$out/$name.log" | num 'throughput:')
     mfu=$(python3 -c "
@@ -280,11 +305,11 @@ print(f'{100 * v[-1]:.1f}%' if v else 'n/a')" "$out/$name")
     else
       mem="$(cat "$out/$name.rss" 2>/dev/null || echo '?') KiB peak RSS"
     fi
-    row "4 $steps steps $(basename "$cfg" .toml), $prec" ok "$tps tokens/s, MFU $mfu, $mem"
+    row "4 $steps steps $(basename "$cfg" .toml), $prec, $kern" ok "$tps tokens/s, MFU $mfu, $mem"
   else
     kill $watch 2>/dev/null
     fail 4 "$out/$name.log"
-    row "4 $steps steps $(basename "$cfg" .toml), $prec" FAILED "see the error above"
+    row "4 $steps steps $(basename "$cfg" .toml), $prec, $kern" FAILED "see the error above"
   fi
 done
 

@@ -34,11 +34,11 @@ fn the_dry_run_passes_every_step() {
         .lines()
         .filter(|l| l.starts_with("| ") && !l.starts_with("| ---"))
         .collect();
-    // The header; libraries, binary, two first-step losses, the backward's loss, gradient norm
-    // and updates, three throughputs (two bf16, one fp32), resume, decode, and K = 1 and 2
-    // packed runs.
+    // The header; libraries, binary, kernel-check, two first-step losses, the backward's
+    // loss, gradient norm and updates, three throughputs (two bf16, one fp32), resume, decode,
+    // and K = 1 and 2 packed runs.
     let steps = [
-        "0", "1", "2", "2", "3", "3", "3", "4", "4", "4", "5", "6", "7", "7",
+        "0", "1", "1", "2", "2", "3", "3", "3", "4", "4", "4", "5", "6", "7", "7",
     ];
     assert_eq!(rows.len(), 1 + steps.len(), "{stdout}");
     for (row, step) in rows[1..].iter().zip(steps) {
@@ -47,11 +47,12 @@ fn the_dry_run_passes_every_step() {
     }
     for needle in [
         "ldd: nothing missing",
-        "3 backward, train/loss, 5 steps",
-        "3 backward, train/grad_norm, 5 steps",
+        "| 1 kernel-check | ok | 30 of 30 comparisons within tolerance on cpu",
+        "3 backward, composed kernels, train/loss, 5 steps",
+        "3 backward, composed kernels, train/grad_norm, 5 steps",
         "worst update",
         "tokens/s, MFU",
-        "| 4 20 steps tiny, fp32 | ok |",
+        "| 4 20 steps tiny, fp32, composed | ok |",
         "generated tokens/s",
         "| 7 2 × tiny at once",
     ] {
@@ -61,10 +62,16 @@ fn the_dry_run_passes_every_step() {
     let dir = out.path().join("gpu-check");
     let table = std::fs::read_to_string(dir.join("table.md")).unwrap();
     assert!(
-        table.contains("| 3 backward, updates after 5 steps | ok |"),
+        table.contains("| 3 backward, composed kernels, updates after 5 steps | ok |"),
         "{table}"
     );
-    for log in ["ldd.log", "s2-cpu.log", "s3-dev.log", "s7-tiny-k2-2.log"] {
+    for log in [
+        "ldd.log",
+        "kernel-check.md",
+        "s2-cpu.log",
+        "s3-dev-composed.log",
+        "s7-tiny-k2-2.log",
+    ] {
         assert!(dir.join(log).exists(), "{log}");
     }
 }
@@ -110,10 +117,14 @@ fn failing_steps_are_reported_counted_and_passed_over() {
     assert_eq!(code, 4, "{stdout}\n{stderr}");
     for (step, result) in [
         ("| 1 binary |", "ok"),
+        ("| 1 kernel-check |", "ok"),
         ("| 2 first-step loss, fp32 |", "ok"),
         ("| 2 first-step loss, bf16 |", "FAILED"),
-        ("| 3 backward, updates after 5 steps |", "ok"),
-        ("| 4 20 steps tiny, fp32 |", "ok"),
+        (
+            "| 3 backward, composed kernels, updates after 5 steps |",
+            "ok",
+        ),
+        ("| 4 20 steps tiny, fp32, composed |", "ok"),
         ("| 5 cpu checkpoint resumed on cpu |", "ok"),
         ("| 6 greedy decode", "FAILED"),
         ("| 7 2 × tiny at once", "ok"),

@@ -217,21 +217,18 @@ fn gather(qkv: &[f32], spans: &[(usize, usize)], e: usize, n_head: usize) -> Vec
         .collect()
 }
 
-impl CustomOp1 for CausalAttention {
-    fn name(&self) -> &'static str {
-        "lab-causal-attention"
-    }
+impl Kernel for CausalAttention {
+    const NAME: &'static str = "lab-causal-attention";
 
-    fn cpu_fwd(&self, s: &CpuStorage, l: &Layout) -> Result<(CpuStorage, Shape)> {
-        let _t = profile::span(self.name());
-        let qkv = f32s(s, l, self.name())?;
-        let (n, e3) = l.shape().dims2()?;
+    fn cpu(&self, xs: &[In]) -> Result<(Vec<f32>, Shape)> {
+        let qkv = xs[0].f32::<Self>()?;
+        let (n, e3) = xs[0].shape().dims2()?;
         let e = e3 / 3;
         let spans = spans(&self.lens);
         if self.lens.iter().sum::<usize>() != n {
             bail!(
                 "{}: the sequence lengths do not add up to {n} rows",
-                self.name()
+                Self::NAME
             );
         }
         let heads = gather(qkv, &spans, e, self.n_head);
@@ -259,20 +256,17 @@ impl CustomOp1 for CausalAttention {
                 })
         });
         *self.saved.lock().expect("attention heads") = heads;
-        Ok((CpuStorage::F32(y), Shape::from((n, e))))
+        Ok((y, Shape::from((n, e))))
     }
 
-    fn bwd(&self, qkv: &Tensor, _y: &Tensor, dy: &Tensor) -> Result<Option<Tensor>> {
+    fn bwd(&self, xs: &[&Tensor], dy: &Tensor) -> Result<Vec<Option<Tensor>>> {
         let heads = std::mem::take(&mut *self.saved.lock().expect("attention heads"));
-        let d = qkv.apply_op2_no_bwd(
-            &dy.contiguous()?,
-            &CausalAttentionBwd {
-                n_head: self.n_head,
-                spans: spans(&self.lens),
-                heads: std::sync::Mutex::new(heads),
-            },
-        )?;
-        Ok(Some(d))
+        let bwd = CausalAttentionBwd {
+            n_head: self.n_head,
+            spans: spans(&self.lens),
+            heads: std::sync::Mutex::new(heads),
+        };
+        Ok(vec![Some(apply_no_bwd(bwd, &[xs[0], &dy.contiguous()?])?)])
     }
 }
 
@@ -284,22 +278,12 @@ struct CausalAttentionBwd {
     heads: std::sync::Mutex<Vec<Heads>>,
 }
 
-impl candle_core::CustomOp2 for CausalAttentionBwd {
-    fn name(&self) -> &'static str {
-        "lab-causal-attention-bwd"
-    }
+impl Kernel for CausalAttentionBwd {
+    const NAME: &'static str = "lab-causal-attention-bwd";
 
-    fn cpu_fwd(
-        &self,
-        s: &CpuStorage,
-        l: &Layout,
-        ds: &CpuStorage,
-        dl: &Layout,
-    ) -> Result<(CpuStorage, Shape)> {
-        let _t = profile::span(self.name());
-        let qkv = f32s(s, l, self.name())?;
-        let dy = f32s(ds, dl, self.name())?;
-        let (_, e3) = l.shape().dims2()?;
+    fn cpu(&self, xs: &[In]) -> Result<(Vec<f32>, Shape)> {
+        let (qkv, dy) = (xs[0].f32::<Self>()?, xs[1].f32::<Self>()?);
+        let (_, e3) = xs[0].shape().dims2()?;
         let e = e3 / 3;
         let hd = e / self.n_head;
         let scale = 1.0 / (hd as f32).sqrt();
@@ -374,15 +358,16 @@ impl candle_core::CustomOp2 for CausalAttentionBwd {
                     )
                 })
         });
-        Ok((CpuStorage::F32(dqkv), l.shape().clone()))
+        Ok((dqkv, xs[0].shape().clone()))
     }
 }
 
 /// Causal attention of packed sequences: `qkv` (N, 3E), `lens` summing to N.
 pub fn causal_attention(qkv: &Tensor, lens: &[usize], n_head: usize) -> Result<Tensor> {
-    qkv.contiguous()?.apply_op1(CausalAttention {
+    let op = CausalAttention {
         n_head,
         lens: lens.to_vec(),
         saved: Default::default(),
-    })
+    };
+    apply(op, &[&qkv.contiguous()?])
 }

@@ -19,14 +19,11 @@ struct Gelu {
     tanh: std::sync::Mutex<Vec<f32>>,
 }
 
-impl CustomOp1 for Gelu {
-    fn name(&self) -> &'static str {
-        "lab-gelu"
-    }
+impl Kernel for Gelu {
+    const NAME: &'static str = "lab-gelu";
 
-    fn cpu_fwd(&self, s: &CpuStorage, l: &Layout) -> Result<(CpuStorage, Shape)> {
-        let _t = profile::span(self.name());
-        let x = f32s(s, l, self.name())?;
+    fn cpu(&self, xs: &[In]) -> Result<(Vec<f32>, Shape)> {
+        let x = xs[0].f32::<Self>()?;
         let mut th = Vec::new();
         let y = written(x.len(), |y| {
             th = written(x.len(), |th| {
@@ -47,17 +44,15 @@ impl CustomOp1 for Gelu {
             })
         });
         *self.tanh.lock().expect("gelu tanh") = th;
-        Ok((CpuStorage::F32(y), l.shape().clone()))
+        Ok((y, xs[0].shape().clone()))
     }
 
-    fn bwd(&self, x: &Tensor, _y: &Tensor, dy: &Tensor) -> Result<Option<Tensor>> {
+    fn bwd(&self, xs: &[&Tensor], dy: &Tensor) -> Result<Vec<Option<Tensor>>> {
         let tanh = std::mem::take(&mut *self.tanh.lock().expect("gelu tanh"));
-        Ok(Some(x.apply_op2_no_bwd(
-            &dy.contiguous()?,
-            &GeluBwd {
-                tanh: std::sync::Mutex::new(tanh),
-            },
-        )?))
+        let bwd = GeluBwd {
+            tanh: std::sync::Mutex::new(tanh),
+        };
+        Ok(vec![Some(apply_no_bwd(bwd, &[xs[0], &dy.contiguous()?])?)])
     }
 }
 
@@ -66,21 +61,11 @@ struct GeluBwd {
     tanh: std::sync::Mutex<Vec<f32>>,
 }
 
-impl candle_core::CustomOp2 for GeluBwd {
-    fn name(&self) -> &'static str {
-        "lab-gelu-bwd"
-    }
+impl Kernel for GeluBwd {
+    const NAME: &'static str = "lab-gelu-bwd";
 
-    fn cpu_fwd(
-        &self,
-        s: &CpuStorage,
-        l: &Layout,
-        ds: &CpuStorage,
-        dl: &Layout,
-    ) -> Result<(CpuStorage, Shape)> {
-        let _t = profile::span(self.name());
-        let x = f32s(s, l, self.name())?;
-        let dy = f32s(ds, dl, self.name())?;
+    fn cpu(&self, xs: &[In]) -> Result<(Vec<f32>, Shape)> {
+        let (x, dy) = (xs[0].f32::<Self>()?, xs[1].f32::<Self>()?);
         let mut tanh = std::mem::take(&mut *self.tanh.lock().expect("gelu tanh"));
         if tanh.len() != x.len() {
             tanh = x.iter().map(|&x| gelu_tanh(x)).collect();
@@ -101,10 +86,10 @@ impl candle_core::CustomOp2 for GeluBwd {
                     )
                 })
         });
-        Ok((CpuStorage::F32(dx), l.shape().clone()))
+        Ok((dx, xs[0].shape().clone()))
     }
 }
 
 pub fn gelu(x: &Tensor) -> Result<Tensor> {
-    x.contiguous()?.apply_op1(Gelu::default())
+    apply(Gelu::default(), &[&x.contiguous()?])
 }

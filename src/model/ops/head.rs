@@ -45,30 +45,21 @@ fn head_softmax(logits: &mut [f32], v: usize, tgt: &[u32]) -> Vec<f64> {
     losses.chunks(HEAD_CHUNK).map(|c| c.iter().sum()).collect()
 }
 
-impl CustomOp3 for HeadCrossEntropy {
-    fn name(&self) -> &'static str {
-        "lab-head-cross-entropy"
-    }
+impl Kernel for HeadCrossEntropy {
+    const NAME: &'static str = "lab-head-cross-entropy";
 
-    fn cpu_fwd(
-        &self,
-        xs: &CpuStorage,
-        xl: &Layout,
-        ws: &CpuStorage,
-        wl: &Layout,
-        ts: &CpuStorage,
-        tl: &Layout,
-    ) -> Result<(CpuStorage, Shape)> {
-        let _t = profile::span(self.name());
-        let x = f32s(xs, xl, self.name())?;
-        let w = f32s(ws, wl, self.name())?;
-        let tgt = u32s(ts, tl, self.name())?;
-        let (v, e) = wl.shape().dims2()?;
+    fn cpu(&self, xs: &[In]) -> Result<(Vec<f32>, Shape)> {
+        let (x, w, tgt) = (
+            xs[0].f32::<Self>()?,
+            xs[1].f32::<Self>()?,
+            xs[2].u32::<Self>()?,
+        );
+        let (v, e) = xs[1].shape().dims2()?;
         let n = tgt.len();
         if x.len() != n * e {
             bail!(
                 "{}: {n} targets for {} rows",
-                self.name(),
+                Self::NAME,
                 x.len() / e.max(1)
             );
         }
@@ -77,29 +68,21 @@ impl CustomOp3 for HeadCrossEntropy {
             .into_iter()
             .fold(0f64, |a, c| a + c);
         *self.probs.lock().expect("head probabilities") = probs;
-        Ok((
-            CpuStorage::F32(vec![(loss / n.max(1) as f64) as f32]),
-            Shape::from(()),
-        ))
+        Ok((vec![(loss / n.max(1) as f64) as f32], Shape::from(())))
     }
 
-    fn bwd(
-        &self,
-        x: &Tensor,
-        w: &Tensor,
-        t: &Tensor,
-        _loss: &Tensor,
-        dloss: &Tensor,
-    ) -> Result<(Option<Tensor>, Option<Tensor>, Option<Tensor>)> {
+    fn bwd(&self, xs: &[&Tensor], dloss: &Tensor) -> Result<Vec<Option<Tensor>>> {
         let g = dloss.to_dtype(DType::F32)?.to_vec0::<f32>()?;
         let probs = std::mem::take(&mut *self.probs.lock().expect("head probabilities"));
         let bwd = HeadCrossEntropyBwd {
             grad: g,
             probs: std::sync::Mutex::new(probs),
         };
-        let packed = x.apply_op3_no_bwd(w, t, &bwd)?;
-        let mut g = unpack(&packed, &[x, w])?.into_iter();
-        Ok((g.next(), g.next(), None))
+        let packed = apply_no_bwd(bwd, xs)?;
+        let mut g: Vec<Option<Tensor>> = unpack(&packed, &xs[..2])?.into_iter().map(Some).collect();
+        // The targets have no gradient.
+        g.push(None);
+        Ok(g)
     }
 }
 
@@ -110,31 +93,22 @@ struct HeadCrossEntropyBwd {
     probs: std::sync::Mutex<Vec<f32>>,
 }
 
-impl CustomOp3 for HeadCrossEntropyBwd {
-    fn name(&self) -> &'static str {
-        "lab-head-cross-entropy-bwd"
-    }
+impl Kernel for HeadCrossEntropyBwd {
+    const NAME: &'static str = "lab-head-cross-entropy-bwd";
 
-    fn cpu_fwd(
-        &self,
-        xs: &CpuStorage,
-        xl: &Layout,
-        ws: &CpuStorage,
-        wl: &Layout,
-        ts: &CpuStorage,
-        tl: &Layout,
-    ) -> Result<(CpuStorage, Shape)> {
-        let _t = profile::span(self.name());
-        let x = f32s(xs, xl, self.name())?;
-        let w = f32s(ws, wl, self.name())?;
-        let tgt = u32s(ts, tl, self.name())?;
-        let (v, e) = wl.shape().dims2()?;
+    fn cpu(&self, xs: &[In]) -> Result<(Vec<f32>, Shape)> {
+        let (x, w, tgt) = (
+            xs[0].f32::<Self>()?,
+            xs[1].f32::<Self>()?,
+            xs[2].u32::<Self>()?,
+        );
+        let (v, e) = xs[1].shape().dims2()?;
         let n = tgt.len();
         let mut dl = std::mem::take(&mut *self.probs.lock().expect("head probabilities"));
         if dl.len() != n * v {
             bail!(
                 "{}: the forward's probabilities are gone (backward run twice?)",
-                self.name()
+                Self::NAME
             );
         }
         let g = self.grad / n.max(1) as f32;
@@ -152,13 +126,15 @@ impl CustomOp3 for HeadCrossEntropyBwd {
             sgemm_into(n, e, v, dx, &dl, v, 1, w, e, 1, true);
             sgemm_into(v, e, n, dw, &dl, 1, v, x, e, 1, true);
         });
-        Ok((CpuStorage::F32(out), Shape::from(n * e + v * e)))
+        Ok((out, Shape::from(n * e + v * e)))
     }
 }
 
 /// Mean cross-entropy of the rows of `x` (n×E) against `targets` (n, u32) under the tied head
 /// `wte` (V×E).
 pub fn head_cross_entropy(x: &Tensor, wte: &Tensor, targets: &Tensor) -> Result<Tensor> {
-    x.contiguous()?
-        .apply_op3(wte, targets, HeadCrossEntropy::default())
+    apply(
+        HeadCrossEntropy::default(),
+        &[&x.contiguous()?, wte, targets],
+    )
 }

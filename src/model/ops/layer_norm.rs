@@ -20,24 +20,15 @@ fn ln_row_stats(x: &[f32]) -> (f32, f32) {
     (mean, 1.0 / (var + LN_EPS).sqrt())
 }
 
-impl CustomOp3 for LayerNorm {
-    fn name(&self) -> &'static str {
-        "lab-layer-norm"
-    }
+impl Kernel for LayerNorm {
+    const NAME: &'static str = "lab-layer-norm";
 
-    fn cpu_fwd(
-        &self,
-        xs: &CpuStorage,
-        xl: &Layout,
-        ws: &CpuStorage,
-        wl: &Layout,
-        bs: &CpuStorage,
-        bl: &Layout,
-    ) -> Result<(CpuStorage, Shape)> {
-        let _t = profile::span(self.name());
-        let x = f32s(xs, xl, self.name())?;
-        let w = f32s(ws, wl, self.name())?;
-        let b = f32s(bs, bl, self.name())?;
+    fn cpu(&self, xs: &[In]) -> Result<(Vec<f32>, Shape)> {
+        let (x, w, b) = (
+            xs[0].f32::<Self>()?,
+            xs[1].f32::<Self>()?,
+            xs[2].f32::<Self>()?,
+        );
         let c = w.len();
         let y = written(x.len(), |y| {
             y.par_chunks_mut(c * ROWS)
@@ -56,51 +47,34 @@ impl CustomOp3 for LayerNorm {
                     )
                 })
         });
-        Ok((CpuStorage::F32(y), xl.shape().clone()))
+        Ok((y, xs[0].shape().clone()))
     }
 
-    fn bwd(
-        &self,
-        x: &Tensor,
-        w: &Tensor,
-        b: &Tensor,
-        _y: &Tensor,
-        dy: &Tensor,
-    ) -> Result<(Option<Tensor>, Option<Tensor>, Option<Tensor>)> {
-        let packed = x.apply_op3_no_bwd(w, &dy.contiguous()?, &LayerNormBwd)?;
-        let mut g = unpack(&packed, &[x, w, b])?.into_iter();
-        Ok((g.next(), g.next(), g.next()))
+    fn bwd(&self, xs: &[&Tensor], dy: &Tensor) -> Result<Vec<Option<Tensor>>> {
+        let packed = apply_no_bwd(LayerNormBwd, &[xs[0], xs[1], &dy.contiguous()?])?;
+        Ok(unpack(&packed, xs)?.into_iter().map(Some).collect())
     }
 }
 
 /// The LayerNorm backward as one pass: dx, then dw and db, packed in one flat tensor.
 struct LayerNormBwd;
 
-impl CustomOp3 for LayerNormBwd {
-    fn name(&self) -> &'static str {
-        "lab-layer-norm-bwd"
-    }
+impl Kernel for LayerNormBwd {
+    const NAME: &'static str = "lab-layer-norm-bwd";
 
-    fn cpu_fwd(
-        &self,
-        xs: &CpuStorage,
-        xl: &Layout,
-        ws: &CpuStorage,
-        wl: &Layout,
-        dys: &CpuStorage,
-        dyl: &Layout,
-    ) -> Result<(CpuStorage, Shape)> {
-        let _t = profile::span(self.name());
-        let x = f32s(xs, xl, self.name())?;
-        let w = f32s(ws, wl, self.name())?;
-        let dy = f32s(dys, dyl, self.name())?;
+    fn cpu(&self, xs: &[In]) -> Result<(Vec<f32>, Shape)> {
+        let (x, w, dy) = (
+            xs[0].f32::<Self>()?,
+            xs[1].f32::<Self>()?,
+            xs[2].f32::<Self>()?,
+        );
         let c = w.len();
         let n = x.len();
         let out = written(n + 2 * c, |out| {
             let (dx, tail) = out.split_at_mut(n);
             ln_bwd_rows(dx, tail, x, w, dy)
         });
-        Ok((CpuStorage::F32(out), Shape::from(n + 2 * c)))
+        Ok((out, Shape::from(n + 2 * c)))
     }
 }
 
@@ -160,5 +134,5 @@ fn ln_bwd_rows(
 }
 
 pub fn layer_norm(x: &Tensor, w: &Tensor, b: &Tensor) -> Result<Tensor> {
-    x.contiguous()?.apply_op3(w, b, LayerNorm)
+    apply(LayerNorm, &[&x.contiguous()?, w, b])
 }

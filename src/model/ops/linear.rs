@@ -6,25 +6,16 @@ use super::*;
 /// y = x · W + b with W in Conv1D (in, out) layout, as one gemm into rows preset to b.
 struct Linear;
 
-impl CustomOp3 for Linear {
-    fn name(&self) -> &'static str {
-        "lab-linear"
-    }
+impl Kernel for Linear {
+    const NAME: &'static str = "lab-linear";
 
-    fn cpu_fwd(
-        &self,
-        xs: &CpuStorage,
-        xl: &Layout,
-        ws: &CpuStorage,
-        wl: &Layout,
-        bs: &CpuStorage,
-        bl: &Layout,
-    ) -> Result<(CpuStorage, Shape)> {
-        let _t = profile::span(self.name());
-        let x = f32s(xs, xl, self.name())?;
-        let w = f32s(ws, wl, self.name())?;
-        let b = f32s(bs, bl, self.name())?;
-        let (k, n) = wl.shape().dims2()?;
+    fn cpu(&self, xs: &[In]) -> Result<(Vec<f32>, Shape)> {
+        let (x, w, b) = (
+            xs[0].f32::<Self>()?,
+            xs[1].f32::<Self>()?,
+            xs[2].f32::<Self>()?,
+        );
+        let (k, n) = xs[1].shape().dims2()?;
         let m = x.len() / k;
         let mut y = written(m * n, |y| {
             y.par_chunks_mut(n * ROWS).for_each(|c| {
@@ -34,47 +25,30 @@ impl CustomOp3 for Linear {
             })
         });
         sgemm(m, n, k, &mut y, true, x, k, 1, w, n, 1, true);
-        let mut dims = xl.shape().dims().to_vec();
+        let mut dims = xs[0].shape().dims().to_vec();
         *dims.last_mut().unwrap() = n;
-        Ok((CpuStorage::F32(y), Shape::from(dims)))
+        Ok((y, Shape::from(dims)))
     }
 
-    fn bwd(
-        &self,
-        x: &Tensor,
-        w: &Tensor,
-        b: &Tensor,
-        _y: &Tensor,
-        dy: &Tensor,
-    ) -> Result<(Option<Tensor>, Option<Tensor>, Option<Tensor>)> {
-        let packed = x.apply_op3_no_bwd(w, &dy.contiguous()?, &LinearBwd)?;
-        let mut g = unpack(&packed, &[x, w, b])?.into_iter();
-        Ok((g.next(), g.next(), g.next()))
+    fn bwd(&self, xs: &[&Tensor], dy: &Tensor) -> Result<Vec<Option<Tensor>>> {
+        let packed = apply_no_bwd(LinearBwd, &[xs[0], xs[1], &dy.contiguous()?])?;
+        Ok(unpack(&packed, xs)?.into_iter().map(Some).collect())
     }
 }
 
 /// dx = dy · Wᵀ, dW = xᵀ · dy, db = Σ_rows dy, packed.
 struct LinearBwd;
 
-impl CustomOp3 for LinearBwd {
-    fn name(&self) -> &'static str {
-        "lab-linear-bwd"
-    }
+impl Kernel for LinearBwd {
+    const NAME: &'static str = "lab-linear-bwd";
 
-    fn cpu_fwd(
-        &self,
-        xs: &CpuStorage,
-        xl: &Layout,
-        ws: &CpuStorage,
-        wl: &Layout,
-        ds: &CpuStorage,
-        dl: &Layout,
-    ) -> Result<(CpuStorage, Shape)> {
-        let _t = profile::span(self.name());
-        let x = f32s(xs, xl, self.name())?;
-        let w = f32s(ws, wl, self.name())?;
-        let dy = f32s(ds, dl, self.name())?;
-        let (k, n) = wl.shape().dims2()?;
+    fn cpu(&self, xs: &[In]) -> Result<(Vec<f32>, Shape)> {
+        let (x, w, dy) = (
+            xs[0].f32::<Self>()?,
+            xs[1].f32::<Self>()?,
+            xs[2].f32::<Self>()?,
+        );
+        let (k, n) = xs[1].shape().dims2()?;
         let m = x.len() / k;
         let partials: Vec<Vec<f32>> = dy
             .par_chunks(n * ROWS)
@@ -101,11 +75,11 @@ impl CustomOp3 for LinearBwd {
             sgemm_into(k, n, m, dw, x, 1, k, dy, n, 1, true);
             db.write_copy_of_slice(&sums);
         });
-        Ok((CpuStorage::F32(out), Shape::from(m * k + k * n + n)))
+        Ok((out, Shape::from(m * k + k * n + n)))
     }
 }
 
 /// x · W + b over the last dimension of x, W (in, out).
 pub fn linear(x: &Tensor, w: &Tensor, b: &Tensor) -> Result<Tensor> {
-    x.contiguous()?.apply_op3(w, b, Linear)
+    apply(Linear, &[&x.contiguous()?, w, b])
 }

@@ -1,25 +1,29 @@
 //! The lab's fused kernels, one file an op with its CPU forward and hand-written backward:
 //! LayerNorm, causal self-attention, tanh-GELU, the linear layer, and the LM head fused with
-//! masked cross-entropy; this file holds what they share (slices, gemm, row blocks).
+//! masked cross-entropy, each a `Kernel` (kernel.rs, the one adapter to candle's custom ops);
+//! this file holds what they share (slices, gemm, row blocks).
 //! candle-nn's fused norms and softmax have no backward (candle #2168, #2977, #3011); these
 //! do, and are tested for it.
 
 use std::mem::MaybeUninit;
 
-use candle_core::{CpuStorage, CustomOp1, CustomOp3, DType, Layout, Result, Shape, Tensor, bail};
+use candle_core::{CpuStorage, DType, Layout, Result, Shape, Tensor, bail};
 use gemm::{Parallelism, gemm};
 use rayon::prelude::*;
 
-use crate::model::{fastmath, profile};
+use crate::model::fastmath;
 
 mod attention;
 mod gelu;
 mod head;
+mod kernel;
 mod layer_norm;
 mod linear;
 pub mod reference;
 #[cfg(test)]
 mod tests;
+
+use kernel::{In, Kernel, apply, apply_no_bwd};
 
 pub use attention::causal_attention;
 pub use gelu::gelu;
