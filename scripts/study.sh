@@ -10,7 +10,9 @@
 # spec's results directory (one shared, or one each) is committed, collected and reported.
 # STUDY_JOBS (default 1) runs that many runs of each spec at once, the cores shared equally
 # (small models use one core better than two: STUDY_JOBS=2 with one spec on 2 cores).
-# STUDY_COMMIT=0 leaves git alone; STUDY_EVERY (seconds, default 120) is the commit interval.
+# STUDY_THREADS sets the threads of each run (default: the cores shared equally), so that a
+# study can leave a core free. STUDY_COMMIT=0 leaves git alone; STUDY_EVERY (seconds, default
+# 120) is the commit interval.
 set -euo pipefail
 [ $# -ge 1 ] || { echo "usage: scripts/study.sh SPEC..." >&2; exit 2; }
 specs=()
@@ -42,7 +44,7 @@ fi
 lab=$bin/lab
 cores=$(nproc)
 jobs=${STUDY_JOBS:-1}
-threads=$(( cores / ($# * jobs) > 0 ? cores / ($# * jobs) : 1 ))
+threads=${STUDY_THREADS:-$(( cores / ($# * jobs) > 0 ? cores / ($# * jobs) : 1 ))}
 
 commit() {
   [ "${STUDY_COMMIT:-1}" = 1 ] || return 0

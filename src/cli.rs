@@ -350,6 +350,10 @@ pub struct SampleArgs {
     /// Coverage counts valid paths of at most h + k hops.
     #[arg(long, default_value_t = 2)]
     coverage_k: u32,
+    /// Tokens generated at most per answer [default: the run's eval.max_new_tokens, else
+    /// 2·h_max_train + 2]; the files gain a `.budget<B>` suffix.
+    #[arg(long)]
+    max_new_tokens: Option<u32>,
 }
 
 impl SampleArgs {
@@ -367,6 +371,17 @@ impl SampleArgs {
             anyhow::bail!("--gamma: must be in [0, 1], got {}", self.gamma);
         }
         let mut s = eval::Settings::greedy(cfg);
+        if let Some(b) = self.max_new_tokens {
+            let room = (cfg.model.n_positions as u64).saturating_sub(cfg.longest_prompt());
+            if b == 0 || b as u64 > room {
+                anyhow::bail!(
+                    "--max-new-tokens: {b}: must be at least 1 and at most {room} (model.n_positions = {} less the longest prompt, {} tokens)",
+                    cfg.model.n_positions,
+                    cfg.longest_prompt()
+                );
+            }
+            s.budget = b as usize;
+        }
         s.samples = self.samples;
         s.seed = self.seed;
         s.gamma = self.gamma;
@@ -386,9 +401,13 @@ impl SampleArgs {
         Ok(s)
     }
 
-    /// A file-name suffix naming the decoding, empty for greedy single answers.
+    /// A file-name suffix naming the decoding and a budget given by flag, empty for greedy
+    /// single answers at the run's budget.
     fn suffix(&self, s: &eval::Settings) -> String {
-        match s.decode {
+        let budget = self
+            .max_new_tokens
+            .map_or(String::new(), |b| format!(".budget{b}"));
+        let decoding = match s.decode {
             Decode::Greedy if s.samples == 1 => String::new(),
             Decode::Greedy => format!(".greedy-k{}", s.samples),
             Decode::Sample {
@@ -401,7 +420,8 @@ impl SampleArgs {
                     s.samples, s.seed
                 )
             }
-        }
+        };
+        decoding + &budget
     }
 }
 
@@ -674,14 +694,18 @@ fn rescore(results: &Path) -> Result<Exit> {
         println!("MISMATCH {m}");
     }
     println!(
-        "{}: {} answer files re-scored; of {} figures {} equal to the last digit, {} within {:e} relative, {} mismatches",
+        "{}: {} answer files re-scored; of {} figures {} equal to the last digit, {} within {:e} relative, {} mismatches{}",
         results.display(),
         r.files,
         r.figures,
         r.exact,
         r.figures - r.exact - r.mismatches.len(),
         crate::sweep::rescore::CLOSE,
-        r.mismatches.len()
+        r.mismatches.len(),
+        match r.uncollected {
+            0 => String::new(),
+            n => format!("; {n} figures results.csv has no column for"),
+        }
     );
     if !r.mismatches.is_empty() {
         return Ok(Exit::RunsFailed);

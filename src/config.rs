@@ -339,6 +339,15 @@ pub struct EvalConfig {
     pub gamma: f64,
     /// Coverage counts valid paths of at most h + coverage_k hops (SPEC §7).
     pub coverage_k: u32,
+    /// Tokens generated at most per answer, `<eos>` included; unset: 2·h_max_train + 2 (SPEC
+    /// §6). An answer that reaches it without `<eos>` is cut off: a parse failure, counted in
+    /// every evaluation's `eval/cut_off` share.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub max_new_tokens: Option<u32>,
+    /// Longer budgets to decode the eval set under as well, greedily, at the last evaluation
+    /// only: each logged as `eval/budget<B>/…` and written as `eval/epoch-NN.budget<B>.*`.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub final_budgets: Vec<u32>,
 }
 
 impl Default for EvalConfig {
@@ -358,6 +367,8 @@ impl Default for EvalConfig {
             top_p: 1.0,
             gamma: 0.9,
             coverage_k: 2,
+            max_new_tokens: None,
+            final_budgets: Vec::new(),
         }
     }
 }
@@ -812,7 +823,36 @@ impl Config {
                 format!("h + coverage_k must stay within {MAX_HOPS} hops"),
             );
         }
+        let budgets = e.max_new_tokens.iter().map(|&b| ("eval.max_new_tokens", b));
+        let finals = e.final_budgets.iter().map(|&b| ("eval.final_budgets", b));
+        let room = self.model.n_positions as u64
+            - self.longest_prompt().min(self.model.n_positions as u64);
+        for (field, b) in budgets.chain(finals) {
+            if b == 0 || b as u64 > room {
+                return err(
+                    field,
+                    format!(
+                        "{b} tokens: must be at least 1, and at most {room}: model.n_positions = {} less the longest prompt ({} tokens)",
+                        self.model.n_positions,
+                        self.longest_prompt()
+                    ),
+                );
+            }
+        }
         Ok(())
+    }
+
+    /// Tokens generated at most per greedy or sampled answer: `eval.max_new_tokens`, or
+    /// 2·h_max_train + 2 (SPEC §6).
+    pub fn decode_budget(&self) -> usize {
+        self.eval
+            .max_new_tokens
+            .map_or(2 * self.data.h_max_train as usize + 2, |b| b as usize)
+    }
+
+    /// Tokens in the longest prompt: `u v [ ] [ ] :` and the labels, after the hash prefix.
+    pub fn longest_prompt(&self) -> u64 {
+        self.train.hash_prefix as u64 + 7 + self.max_query_labels()
     }
 
     /// Most constraint labels one query can carry (eval levels or exploration caps).

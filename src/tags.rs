@@ -21,6 +21,8 @@ pub const CREATIVITY: &str = "eval/creativity";
 pub const UTILITY: &str = "eval/utility";
 pub const NOVELTY_VALID: &str = "eval/novelty_valid";
 pub const VALID_RATE: &str = "eval/valid_rate";
+/// The share of answers cut off by the decode budget (no `<eos>` within it).
+pub const CUT_OFF: &str = "eval/cut_off";
 /// Mean count of one error type per answer: `eval/err/<type>`.
 pub const ERR: &str = "eval/err/";
 
@@ -58,6 +60,15 @@ pub fn tune_set(figure: &str, t: f64) -> String {
 /// An eval figure's name for the tuning split: `eval/creativity` → `tune/creativity`.
 pub fn tune(eval_tag: &str) -> String {
     format!("tune/{}", eval_tag.trim_start_matches("eval/"))
+}
+
+/// An eval figure's name under another decode budget: `eval/creativity` at 44 tokens →
+/// `eval/budget44/creativity` (`eval.final_budgets`).
+pub fn at_budget(eval_tag: &str, budget: u32) -> String {
+    format!(
+        "eval/budget{budget}/{}",
+        eval_tag.trim_start_matches("eval/")
+    )
 }
 
 pub fn rollup(category: &str) -> String {

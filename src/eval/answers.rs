@@ -131,10 +131,14 @@ fn spaced(letters: &str) -> String {
 }
 
 /// How `lab score` scores: the weights, the set parameters, and where they came from.
+#[derive(Clone)]
 pub struct Scoring {
     pub alphas: Alphas,
     pub gamma: f64,
     pub coverage_k: u32,
+    /// The decode budget: an answer of this many tokens or more had no `<eos>` within it, and
+    /// counts as cut off (none without a config).
+    pub budget: usize,
     /// `runs/x/config.toml`, `the SPEC defaults`, … (said in the output).
     pub source: String,
 }
@@ -173,12 +177,13 @@ pub fn score_file<'a>(
     let mut grouped: Vec<Vec<Scored>> = vec![Vec::new(); queries.len()];
     for (i, text) in &parsed.answers {
         let q = &queries[*i];
+        let finished = text.split_whitespace().count() < scoring.budget;
         grouped[*i].push(score(
             &d.graph,
             &q.query,
             Some(&q.path),
             text,
-            true,
+            finished,
             &scoring.alphas,
         ));
     }
@@ -235,11 +240,14 @@ pub fn scoring(
         (None, Some(c)) => (Some(Config::load(c)?), c.display().to_string(), None),
         (None, None) => (None, "the SPEC defaults".to_string(), None),
     };
+    // Answers scored without a config came from no budget of the lab's: none is cut off.
+    let budget = cfg.as_ref().map_or(usize::MAX, Config::decode_budget);
     let e = cfg.map(|c| c.eval).unwrap_or_default();
     let mut s = Scoring {
         alphas: Alphas::of(&e),
         gamma: e.gamma,
         coverage_k: e.coverage_k,
+        budget,
         source,
     };
     let flags = [

@@ -34,7 +34,8 @@ pub struct Settings {
     pub seed: u64,
     pub alphas: Alphas,
     pub batch_rows: usize,
-    /// Tokens generated at most per answer: 2·h_max_train + 2 (SPEC §6).
+    /// Tokens generated at most per answer: `eval.max_new_tokens`, by default 2·h_max_train + 2
+    /// (SPEC §6).
     pub budget: usize,
     /// CREATE's patience for the set score, and the extra hops coverage counts (SPEC §7).
     pub gamma: f64,
@@ -54,7 +55,7 @@ impl Settings {
             seed: cfg.train.seed,
             alphas: Alphas::of(e),
             batch_rows: e.batch_rows as usize,
-            budget: 2 * cfg.data.h_max_train as usize + 2,
+            budget: cfg.decode_budget(),
             gamma: e.gamma,
             coverage_k: e.coverage_k,
             hash_prefix: cfg.train.hash_prefix as usize,
@@ -287,6 +288,7 @@ pub fn figures(s: &Summary) -> Vec<(String, f64)> {
         ),
         (tags::VALID_RATE.to_string(), f.valid_rate),
     ];
+    out.extend(f.cut_off_rate().map(|r| (tags::CUT_OFF.to_string(), r)));
     for (k, v) in &f.errors {
         out.push((tags::err(k), *v as f64));
     }
@@ -314,21 +316,30 @@ pub fn figures(s: &Summary) -> Vec<(String, f64)> {
 
 /// The headline greedy figures of a summary of the tuning split, under `tune/` names.
 pub fn tune_figures(s: &Summary) -> Vec<(String, f64)> {
-    let headline = [
-        tags::CREATIVITY,
-        tags::UTILITY,
-        tags::NOVELTY_VALID,
-        tags::VALID_RATE,
-    ];
-    figures(s)
+    headline(s)
         .into_iter()
-        .filter(|(k, _)| headline.contains(&k.as_str()))
         .map(|(k, v)| (tags::tune(&k), v))
         .collect()
 }
 
+/// C, U, N of valid answers, validity and the cut-off share of a summary.
+pub fn headline(s: &Summary) -> Vec<(String, f64)> {
+    let keep = [
+        tags::CREATIVITY,
+        tags::UTILITY,
+        tags::NOVELTY_VALID,
+        tags::VALID_RATE,
+        tags::CUT_OFF,
+    ];
+    figures(s)
+        .into_iter()
+        .filter(|(k, _)| keep.contains(&k.as_str()))
+        .collect()
+}
+
 /// The evaluation at the end of epoch `epoch` of a run (`last`: the final one): greedy
-/// decoding of the whole eval set, written to `eval/epoch-NN.*`, and of the tuning split where
+/// decoding of the whole eval set, written to `eval/epoch-NN.*` (at the last, again under each
+/// of `eval.final_budgets`, `eval/epoch-NN.budget<B>.*`), and of the tuning split where
 /// the data has one (`eval/epoch-NN.tune.*`, as `lab eval --split tune` writes it), and the
 /// sampled answers where `eval.samples_at` says; returns the figures to log.
 pub fn epoch(
@@ -344,6 +355,21 @@ pub fn epoch(
     let summary = summarise(&results);
     write(&rundir::eval_stem(run_dir, epoch), &results, &summary)?;
     let mut out = figures(&summary);
+    for &b in cfg.eval.final_budgets.iter().filter(|_| last) {
+        let s = Settings {
+            budget: b as usize,
+            ..Settings::greedy(cfg)
+        };
+        let results = evaluate(model, data, &queries, &s)?;
+        let summary = summarise(&results);
+        let stem = rundir::eval_stem(run_dir, epoch).with_extension(format!("budget{b}"));
+        write(&stem, &results, &summary)?;
+        out.extend(
+            headline(&summary)
+                .into_iter()
+                .map(|(k, v)| (tags::at_budget(&k, b), v)),
+        );
+    }
     if let Some(tune) = data.tune()? {
         let results = evaluate(model, data, &tune, &Settings::greedy(cfg))?;
         let summary = summarise(&results);

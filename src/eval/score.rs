@@ -121,6 +121,9 @@ pub struct Scored {
     pub creativity: f64,
     pub repeats_node: bool,
     pub is_reference: bool,
+    /// No `<eos>` within the decode budget (a parse failure): written only when true.
+    #[serde(skip_serializing_if = "std::ops::Not::not", default)]
+    pub cut_off: bool,
     /// The parsed walk of a valid answer (for set metrics); not written.
     #[serde(skip)]
     pub path: Option<Path>,
@@ -169,6 +172,7 @@ pub fn score(
         creativity: 0.0,
         repeats_node: false,
         is_reference: false,
+        cut_off: !finished,
         path: None,
     };
     if toks.is_empty() && finished {
@@ -242,6 +246,7 @@ pub fn score(
         creativity: u * n,
         repeats_node: !path.nodes.iter().all(|x| seen.insert(*x)),
         is_reference: reference == Some(&path),
+        cut_off: false,
         path: Some(path),
     }
 }

@@ -25,6 +25,10 @@ pub struct Figures {
     pub edge_errors: BTreeMap<String, usize>,
     pub repeats_node: usize,
     pub is_reference: usize,
+    /// Answers cut off by the decode budget (no `<eos>` within it); absent from summaries
+    /// written before the lab counted them.
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub cut_off: Option<usize>,
 }
 
 impl Figures {
@@ -44,9 +48,10 @@ impl Figures {
                 .collect(),
             ..Figures::default()
         };
-        let (mut c, mut u, mut nov, mut valid) = (0.0, 0.0, 0.0, 0usize);
+        let (mut c, mut u, mut nov, mut valid, mut cut) = (0.0, 0.0, 0.0, 0usize, 0usize);
         for s in answers {
             f.n += 1;
+            cut += s.cut_off as usize;
             c += s.creativity;
             u += s.utility;
             if s.valid {
@@ -72,7 +77,13 @@ impl Figures {
         f.utility = u / n;
         f.valid_rate = valid as f64 / n;
         f.novelty_valid = (valid > 0).then(|| nov / valid as f64);
+        f.cut_off = Some(cut);
         f
+    }
+
+    /// The share of answers cut off by the decode budget, where counted.
+    pub fn cut_off_rate(&self) -> Option<f64> {
+        self.cut_off.map(|c| c as f64 / self.n.max(1) as f64)
     }
 }
 

@@ -25,6 +25,11 @@ use stats::MeanCi;
 pub struct Row(BTreeMap<String, String>);
 
 impl Row {
+    /// Whether the table has the column `k` (empty or not in this row).
+    pub fn has(&self, k: &str) -> bool {
+        self.0.contains_key(k)
+    }
+
     pub fn get(&self, k: &str) -> &str {
         self.0.get(k).map(String::as_str).unwrap_or("")
     }

@@ -209,6 +209,9 @@ pub fn write_layout(
         if keep.samples {
             stems.push(format!("{stem}.samples"));
         }
+        if Some(e) == last {
+            stems.extend(budget_stems(src, &stem)?);
+        }
         for st in stems {
             if let Some(text) = read_answers(src, &st)? {
                 put(
@@ -219,6 +222,28 @@ pub fn write_layout(
         }
     }
     Ok(())
+}
+
+/// The stems of the answers decoded under `eval.final_budgets` at epoch `stem`
+/// (`<stem>.budget<B>`), sorted.
+fn budget_stems(dir: &Path, stem: &str) -> Result<Vec<String>> {
+    let eval = dir.join(EVAL);
+    let mut out = Vec::new();
+    let prefix = format!("{stem}.budget");
+    for entry in
+        std::fs::read_dir(&eval).with_context(|| format!("{}: cannot read", eval.display()))?
+    {
+        let name = entry?.file_name().to_string_lossy().into_owned();
+        let base = name
+            .strip_suffix(".jsonl.gz")
+            .or_else(|| name.strip_suffix(".jsonl"));
+        if let Some(b) = base.filter(|b| b.starts_with(&prefix)) {
+            out.push(b.to_string());
+        }
+    }
+    out.sort();
+    out.dedup();
+    Ok(out)
 }
 
 /// Copy a finished run from `meta.plan.dir` into `results` in the committed layout, replacing

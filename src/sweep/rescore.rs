@@ -9,7 +9,7 @@ use serde_json::Value;
 
 use crate::config::Config;
 use crate::dataset::{self, DataDir};
-use crate::eval::answers::{Overrides, score_file, scoring};
+use crate::eval::answers::{Overrides, Scoring, score_file, scoring};
 use crate::report::{Row, read_csv};
 use crate::rundir::{CONFIG, EVAL};
 use crate::sweep::{collect, export};
@@ -26,8 +26,17 @@ pub struct Rescored {
     /// Figures compared, and those equal to the last digit.
     pub figures: usize,
     pub exact: usize,
+    /// Figures the re-scoring gives that results.csv has no column for (the cut-off share of
+    /// runs collected before the lab counted it).
+    pub uncollected: usize,
     /// One line per figure that differs: run, epoch, column, committed and re-scored values.
     pub mismatches: Vec<String>,
+}
+
+/// The budget B of answers decoded under a final budget, `epoch-NN.budget<B>.jsonl.gz`.
+fn final_budget(name: &str) -> Option<u32> {
+    name.split('.')
+        .find_map(|part| part.strip_prefix("budget")?.parse().ok())
 }
 
 /// Re-score every `eval/epoch-NN.jsonl.gz` of `results`'s exported runs with the weights of the
@@ -43,6 +52,7 @@ pub fn rescore(results: &Path, work: &Path) -> Result<Rescored> {
         files: 0,
         figures: 0,
         exact: 0,
+        uncollected: 0,
         mismatches: Vec::new(),
     };
     for (meta, dir) in export::runs(results)? {
@@ -74,9 +84,15 @@ pub fn rescore(results: &Path, work: &Path) -> Result<Rescored> {
                 .and_then(|e| e.parse().ok())
                 .with_context(|| format!("{}: not an epoch's answers", name))?;
             let path = dir.join(EVAL).join(&name);
-            // Sampled answers score as sets, against the set figures alone.
+            // Sampled answers score as sets, against the set figures alone; answers under a
+            // final budget at that budget, against its own figures.
             let sets = name.contains(".samples.");
-            let scored = score_file(&d, &queries, &path, sets, &weights)?;
+            let budget = final_budget(&name);
+            let at = Scoring {
+                budget: budget.map_or(weights.budget, |b| b as usize),
+                ..weights.clone()
+            };
+            let scored = score_file(&d, &queries, &path, sets, &at)?;
             out.files += 1;
             let run = meta.plan.run.as_str();
             let e = epoch.to_string();
@@ -91,6 +107,11 @@ pub fn rescore(results: &Path, work: &Path) -> Result<Rescored> {
                     .filter(|(k, _)| k.starts_with(tags::SET))
                     .map(|(k, v)| (k, Value::from(v)))
                     .collect()
+            } else if let Some(b) = budget {
+                crate::eval::headline(&scored.summary)
+                    .into_iter()
+                    .map(|(k, v)| (tags::at_budget(&k, b), Value::from(v)))
+                    .collect()
             } else {
                 crate::eval::figures(&scored.summary)
                     .into_iter()
@@ -99,6 +120,10 @@ pub fn rescore(results: &Path, work: &Path) -> Result<Rescored> {
                     .collect()
             };
             for (column, v) in figures {
+                if !row.has(&column) {
+                    out.uncollected += 1;
+                    continue;
+                }
                 let (was, now) = (row.get(&column), collect::csv_field(&v));
                 out.figures += 1;
                 let close = match (was.parse::<f64>(), now.parse::<f64>()) {

@@ -172,6 +172,23 @@ const CASES: &[Case] = &[
         needles: &["bad.toml", "eval.every", "at least 1"],
     },
     Case {
+        name: "a zero decode budget",
+        setup: |d| config(d, "[eval]\nmax_new_tokens = 0\n"),
+        args: &["data", "--config", "bad.toml"],
+        needles: &["bad.toml", "eval.max_new_tokens", "at least 1"],
+    },
+    Case {
+        name: "a final budget past the model's positions",
+        setup: |d| config(d, "[eval]\nfinal_budgets = [44, 200]\n"),
+        args: &["data", "--config", "bad.toml"],
+        needles: &[
+            "bad.toml",
+            "eval.final_budgets",
+            "200 tokens",
+            "model.n_positions = 64",
+        ],
+    },
+    Case {
         name: "zero learning rate",
         setup: |d| config(d, "[train]\nlr = 0.0\n"),
         args: &["train", "--config", "bad.toml"],
@@ -323,6 +340,20 @@ const CASES: &[Case] = &[
         setup: |d| edit(d, "run/config.toml", |_| b"[model\n".to_vec()),
         args: &["eval", "--device", "cpu", "--run", "run"],
         needles: &["run/config.toml", "malformed TOML"],
+    },
+    Case {
+        name: "a decode budget past the model's positions",
+        setup: nothing,
+        args: &[
+            "eval",
+            "--device",
+            "cpu",
+            "--run",
+            "run",
+            "--max-new-tokens",
+            "500",
+        ],
+        needles: &["--max-new-tokens", "500", "model.n_positions"],
     },
     Case {
         name: "epoch never evaluated",

@@ -565,3 +565,67 @@ fn score_uses_the_runs_weights_and_agrees_with_eval() {
         );
     }
 }
+
+/// A decode budget too short for any answer: `lab eval --max-new-tokens 3` writes its own
+/// `.budget3` files, every answer of 3 tokens without `<eos>` is cut off (a parse failure, so
+/// counted), and `lab score` with a config of that budget re-scores the answers to the same
+/// summary, cut-off share included; at the run's own budget the share is counted too.
+#[test]
+fn a_short_budget_cuts_answers_off_and_rescoring_counts_them_alike() {
+    let dir = trained();
+    run_expect(
+        lab(dir).args([
+            "eval",
+            "--device",
+            "cpu",
+            "--run",
+            "run",
+            "--epoch",
+            "2",
+            "--max-new-tokens",
+            "3",
+        ]),
+        0,
+    );
+    let read = |p: &str| std::fs::read_to_string(dir.join(p)).unwrap();
+    let summary: serde_json::Value =
+        serde_json::from_str(&read("run/eval/epoch-02.budget3.summary.json")).unwrap();
+    let (n, cut) = (
+        summary["n"].as_u64().unwrap(),
+        summary["cut_off"].as_u64().unwrap(),
+    );
+    let lines: Vec<serde_json::Value> = read("run/eval/epoch-02.budget3.jsonl")
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let cut_lines = lines.iter().filter(|l| l["cut_off"] == true).count() as u64;
+    assert!(cut > n / 2, "{cut} of {n} cut off at 3 tokens");
+    assert_eq!(cut, cut_lines);
+    for l in lines.iter().filter(|l| l["cut_off"] == true) {
+        assert_eq!(l["error"], "parse_failure", "{l}");
+        assert_eq!(l["output"].as_str().unwrap().split_whitespace().count(), 3);
+    }
+    let own: serde_json::Value =
+        serde_json::from_str(&read("run/eval/epoch-02.summary.json")).unwrap();
+    assert!(own["cut_off"].as_u64().unwrap() < cut, "{own}");
+    let cfg = write_config(
+        dir,
+        "budget3.toml",
+        &format!("{MICRO}[eval]\nmax_new_tokens = 3\n"),
+    );
+    let info: serde_json::Value = serde_json::from_str(&read("run/run.json")).unwrap();
+    run_expect(
+        lab(dir)
+            .arg("score")
+            .arg("--config")
+            .arg(&cfg)
+            .args(["--data", info["data_dir"].as_str().unwrap()])
+            .args(["--answers", "run/eval/epoch-02.budget3.jsonl"])
+            .args(["--out", "budget3-rescored.jsonl"]),
+        0,
+    );
+    assert_eq!(
+        read("budget3-rescored.summary.json"),
+        read("run/eval/epoch-02.budget3.summary.json")
+    );
+}

@@ -988,3 +988,36 @@ fn a_run_names_its_code_and_a_resume_by_other_code_says_so() {
     assert_eq!(after["code"]["commit"], other);
     assert_eq!(after["resumed_by"][0]["commit"], commit);
 }
+
+/// `eval.final_budgets`: the last evaluation decodes the eval set again under each longer
+/// budget, into files of its own and `eval/budget<B>/…` figures beside the run's own, and every
+/// evaluation logs its cut-off share; the earlier evaluations decode at the run's budget only.
+#[test]
+fn the_last_evaluation_decodes_again_under_each_final_budget() {
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = micro(dir.path(), "[eval]\nfinal_budgets = [12, 24]\n");
+    train(dir.path(), &cfg, "run", &[], 0);
+    let lines: Vec<Value> = std::fs::read_to_string(dir.path().join("run/metrics.jsonl"))
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .filter(|l: &Value| l.get("val/loss").is_some())
+        .collect();
+    let (first, last) = (&lines[0], lines.last().unwrap());
+    for l in [first, last] {
+        let share = l["eval/cut_off"].as_f64().unwrap();
+        assert!((0.0..=1.0).contains(&share), "{l}");
+    }
+    assert!(first.get("eval/budget12/creativity").is_none(), "{first}");
+    for b in [12, 24] {
+        for k in ["creativity", "utility", "valid_rate", "cut_off"] {
+            assert!(
+                last.get(format!("eval/budget{b}/{k}")).is_some(),
+                "{b} {k}: {last}"
+            );
+        }
+        let epoch = last["epoch"].as_u64().unwrap();
+        let stem = format!("run/eval/epoch-{epoch:02}.budget{b}");
+        assert!(dir.path().join(format!("{stem}.summary.json")).exists());
+    }
+}
