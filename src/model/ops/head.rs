@@ -8,11 +8,20 @@ use super::*;
 /// (b) a fifth of its head forward (measured with LAB_PROFILE, scripts/bench/train.sh).
 pub(super) const HEAD_CHUNK: usize = 4096;
 
-/// mean over rows of −log softmax(x · wteᵀ)[target]. The forward keeps the softmax of each
-/// row for the backward, which then needs no second pass over the vocabulary.
-#[derive(Default)]
+/// mean over rows of −log softmax(x · wteᵀ)[target], for each run over its own rows under its
+/// own wte. The forward keeps the softmax of each row for the backward, which then needs no
+/// second pass over the vocabulary.
 struct HeadCrossEntropy {
+    runs: Runs,
     probs: std::sync::Mutex<Vec<f32>>,
+}
+
+/// (V, E) of a tied head's weight of shape ([N,] V, E).
+fn vocab_width(w: &Shape) -> Result<(usize, usize)> {
+    match w.dims() {
+        [.., v, e] => Ok((*v, *e)),
+        _ => bail!("lab-head-cross-entropy: a weight of shape {w:?}, not ([N,] V, E)"),
+    }
 }
 
 /// The logits of rows `x` (n×E), a gemm per `HEAD_CHUNK` rows.
@@ -54,28 +63,43 @@ impl Kernel for HeadCrossEntropy {
             xs[1].f32::<Self>()?,
             xs[2].u32::<Self>()?,
         );
-        let (v, e) = xs[1].shape().dims2()?;
+        let (v, e) = vocab_width(xs[1].shape())?;
         let n = tgt.len();
-        if x.len() != n * e {
+        if x.len() != n * e || n != self.runs.rows() || w.len() != self.runs.len() * v * e {
             bail!(
-                "{}: {n} targets for {} rows",
+                "{}: {n} targets for {} rows, {} runs",
                 Self::NAME,
-                x.len() / e.max(1)
+                x.len() / e.max(1),
+                self.runs.len()
             );
         }
-        let mut probs = head_logits(x, w, e, v);
-        let loss = head_softmax(&mut probs, v, tgt)
-            .into_iter()
-            .fold(0f64, |a, c| a + c);
+        let mut probs = Vec::with_capacity(n * v);
+        let mut losses = Vec::with_capacity(self.runs.len());
+        for (r, (at, rows)) in self.runs.spans().enumerate() {
+            let mut p = head_logits(&x[at * e..][..rows * e], &w[r * v * e..][..v * e], e, v);
+            let loss = head_softmax(&mut p, v, &tgt[at..][..rows])
+                .into_iter()
+                .fold(0f64, |a, c| a + c);
+            losses.push((loss / rows.max(1) as f64) as f32);
+            probs.extend_from_slice(&p);
+        }
         *self.probs.lock().expect("head probabilities") = probs;
-        Ok((vec![(loss / n.max(1) as f64) as f32], Shape::from(())))
+        let shape = match self.runs.len() {
+            1 => Shape::from(()),
+            n => Shape::from(n),
+        };
+        Ok((losses, shape))
     }
 
     fn bwd(&self, xs: &[&Tensor], dloss: &Tensor) -> Result<Vec<Option<Tensor>>> {
-        let g = dloss.to_dtype(DType::F32)?.to_vec0::<f32>()?;
+        let grads = dloss
+            .to_dtype(DType::F32)?
+            .flatten_all()?
+            .to_vec1::<f32>()?;
         let probs = std::mem::take(&mut *self.probs.lock().expect("head probabilities"));
         let bwd = HeadCrossEntropyBwd {
-            grad: g,
+            runs: self.runs.clone(),
+            grads,
             probs: std::sync::Mutex::new(probs),
         };
         let packed = apply_no_bwd(bwd, xs)?;
@@ -86,10 +110,11 @@ impl Kernel for HeadCrossEntropy {
     }
 }
 
-/// The head backward from the saved softmax: dlogits = (p − onehot)·g/n, then dx (n×E) and
-/// dwte (V×E), packed.
+/// The head backward from the saved softmax: dlogits = (p − onehot)·g/n for each run's rows
+/// (g its loss's gradient, n its rows), then dx (n×E) and each run's dwte (V×E), packed.
 struct HeadCrossEntropyBwd {
-    grad: f32,
+    runs: Runs,
+    grads: Vec<f32>,
     probs: std::sync::Mutex<Vec<f32>>,
 }
 
@@ -102,39 +127,70 @@ impl Kernel for HeadCrossEntropyBwd {
             xs[1].f32::<Self>()?,
             xs[2].u32::<Self>()?,
         );
-        let (v, e) = xs[1].shape().dims2()?;
-        let n = tgt.len();
+        let (v, e) = vocab_width(xs[1].shape())?;
+        let (n, nr) = (tgt.len(), self.runs.len());
         let mut dl = std::mem::take(&mut *self.probs.lock().expect("head probabilities"));
-        if dl.len() != n * v {
+        if dl.len() != n * v || self.grads.len() != nr {
             bail!(
                 "{}: the forward's probabilities are gone (backward run twice?)",
                 Self::NAME
             );
         }
-        let g = self.grad / n.max(1) as f32;
-        dl.par_chunks_mut(v)
-            .zip(tgt.par_iter())
-            .for_each(|(row, &t)| {
-                for z in row.iter_mut() {
-                    *z *= g;
-                }
-                row[t as usize] -= g;
-            });
-        // dx = dlogits · W ; dW = dlogitsᵀ · x
-        let out = written(n * e + v * e, |out| {
+        for ((at, rows), &grad) in self.runs.spans().zip(&self.grads) {
+            let g = grad / rows.max(1) as f32;
+            dl[at * v..][..rows * v]
+                .par_chunks_mut(v)
+                .zip(tgt[at..][..rows].par_iter())
+                .for_each(|(row, &t)| {
+                    for z in row.iter_mut() {
+                        *z *= g;
+                    }
+                    row[t as usize] -= g;
+                });
+        }
+        // dx = dlogits · W ; dW = dlogitsᵀ · x, each run's own.
+        let out = written(n * e + nr * v * e, |out| {
             let (dx, dw) = out.split_at_mut(n * e);
-            sgemm_into(n, e, v, dx, &dl, v, 1, w, e, 1, true);
-            sgemm_into(v, e, n, dw, &dl, 1, v, x, e, 1, true);
+            for (r, (at, rows)) in self.runs.spans().enumerate() {
+                let (dl, w) = (&dl[at * v..][..rows * v], &w[r * v * e..][..v * e]);
+                let (dx, dw) = (&mut dx[at * e..][..rows * e], &mut dw[r * v * e..][..v * e]);
+                sgemm_into(rows, e, v, dx, dl, v, 1, w, e, 1, true);
+                sgemm_into(
+                    v,
+                    e,
+                    rows,
+                    dw,
+                    dl,
+                    1,
+                    v,
+                    &x[at * e..][..rows * e],
+                    e,
+                    1,
+                    true,
+                );
+            }
         });
-        Ok((out, Shape::from(n * e + v * e)))
+        Ok((out, Shape::from(n * e + nr * v * e)))
     }
 }
 
 /// Mean cross-entropy of the rows of `x` (n×E) against `targets` (n, u32) under the tied head
 /// `wte` (V×E).
 pub fn head_cross_entropy(x: &Tensor, wte: &Tensor, targets: &Tensor) -> Result<Tensor> {
-    apply(
-        HeadCrossEntropy::default(),
-        &[&x.contiguous()?, wte, targets],
-    )
+    head_cross_entropy_runs(x, wte, targets, &Runs::one(targets.elem_count()))
+}
+
+/// The losses of a pack, (N,): run r's mean cross-entropy over its rows of x against its
+/// targets under its tied head, the r-th of wte (N, V, E). A pack of one gives a scalar.
+pub fn head_cross_entropy_runs(
+    x: &Tensor,
+    wte: &Tensor,
+    targets: &Tensor,
+    runs: &Runs,
+) -> Result<Tensor> {
+    let op = HeadCrossEntropy {
+        runs: runs.clone(),
+        probs: Default::default(),
+    };
+    apply(op, &[&x.contiguous()?, &wte.contiguous()?, targets])
 }

@@ -3,8 +3,11 @@
 
 use super::*;
 
-/// y = (x − mean) / √(var + ε) · w + b over the last dimension.
-struct LayerNorm;
+/// y = (x − mean) / √(var + ε) · w + b over the last dimension, each run's rows with its own
+/// w and b.
+struct LayerNorm {
+    runs: Runs,
+}
 
 #[inline(always)]
 fn ln_row_stats(x: &[f32]) -> (f32, f32) {
@@ -29,35 +32,60 @@ impl Kernel for LayerNorm {
             xs[1].f32::<Self>()?,
             xs[2].f32::<Self>()?,
         );
-        let c = w.len();
-        let y = written(x.len(), |y| {
-            y.par_chunks_mut(c * ROWS)
-                .zip(x.par_chunks(c * ROWS))
-                .for_each(|(yc, xc)| {
-                    fastmath::wide(
-                        #[inline(always)]
-                        || {
-                            for (yr, xr) in yc.chunks_mut(c).zip(xc.chunks(c)) {
-                                let (mean, rstd) = ln_row_stats(xr);
-                                for (((y, x), w), b) in yr.iter_mut().zip(xr).zip(w).zip(b) {
-                                    y.write((x - mean) * rstd * w + b);
-                                }
-                            }
-                        },
-                    )
-                })
+        let c = self.runs.width(w.len(), Self::NAME)?;
+        if x.len() != self.runs.rows() * c {
+            bail!(
+                "{}: {} values are not {} rows of {c}",
+                Self::NAME,
+                x.len(),
+                self.runs.rows()
+            );
+        }
+        let y = written(x.len(), |mut y| {
+            for (r, (at, n)) in self.runs.spans().enumerate() {
+                let (yr, rest) = y.split_at_mut(n * c);
+                y = rest;
+                let (w, b) = (&w[r * c..][..c], &b[r * c..][..c]);
+                ln_rows(yr, &x[at * c..][..n * c], w, b);
+            }
         });
         Ok((y, xs[0].shape().clone()))
     }
 
     fn bwd(&self, xs: &[&Tensor], dy: &Tensor) -> Result<Vec<Option<Tensor>>> {
-        let packed = apply_no_bwd(LayerNormBwd, &[xs[0], xs[1], &dy.contiguous()?])?;
+        let bwd = LayerNormBwd {
+            runs: self.runs.clone(),
+        };
+        let packed = apply_no_bwd(bwd, &[xs[0], xs[1], &dy.contiguous()?])?;
         Ok(unpack(&packed, xs)?.into_iter().map(Some).collect())
     }
 }
 
-/// The LayerNorm backward as one pass: dx, then dw and db, packed in one flat tensor.
-struct LayerNormBwd;
+/// The LayerNorm of rows `x` with weights `w` and `b` into `y`.
+fn ln_rows(y: &mut [MaybeUninit<f32>], x: &[f32], w: &[f32], b: &[f32]) {
+    let c = w.len();
+    y.par_chunks_mut(c * ROWS)
+        .zip(x.par_chunks(c * ROWS))
+        .for_each(|(yc, xc)| {
+            fastmath::wide(
+                #[inline(always)]
+                || {
+                    for (yr, xr) in yc.chunks_mut(c).zip(xc.chunks(c)) {
+                        let (mean, rstd) = ln_row_stats(xr);
+                        for (((y, x), w), b) in yr.iter_mut().zip(xr).zip(w).zip(b) {
+                            y.write((x - mean) * rstd * w + b);
+                        }
+                    }
+                },
+            )
+        })
+}
+
+/// The LayerNorm backward as one pass: dx, then dw and db (each run's in turn), packed in one
+/// flat tensor.
+struct LayerNormBwd {
+    runs: Runs,
+}
 
 impl Kernel for LayerNormBwd {
     const NAME: &'static str = "lab-layer-norm-bwd";
@@ -68,24 +96,26 @@ impl Kernel for LayerNormBwd {
             xs[1].f32::<Self>()?,
             xs[2].f32::<Self>()?,
         );
-        let c = w.len();
-        let n = x.len();
-        let out = written(n + 2 * c, |out| {
-            let (dx, tail) = out.split_at_mut(n);
-            ln_bwd_rows(dx, tail, x, w, dy)
+        let c = self.runs.width(w.len(), Self::NAME)?;
+        let (n, wn) = (x.len(), w.len());
+        let out = written(n + 2 * wn, |out| {
+            let (mut dx, tail) = out.split_at_mut(n);
+            let (dw, db) = tail.split_at_mut(wn);
+            for (r, (at, rows)) in self.runs.spans().enumerate() {
+                let (dxr, rest) = dx.split_at_mut(rows * c);
+                dx = rest;
+                let rows = at * c..(at + rows) * c;
+                let sums = ln_bwd_rows(dxr, &x[rows.clone()], &w[r * c..][..c], &dy[rows]);
+                dw[r * c..][..c].write_copy_of_slice(&sums[..c]);
+                db[r * c..][..c].write_copy_of_slice(&sums[c..]);
+            }
         });
-        Ok((out, Shape::from(n + 2 * c)))
+        Ok((out, Shape::from(n + 2 * wn)))
     }
 }
 
-/// dx of every row into `dx`, and Σ_rows dy·x̂ then Σ_rows dy into `dwb` (2C).
-fn ln_bwd_rows(
-    dx: &mut [MaybeUninit<f32>],
-    dwb: &mut [MaybeUninit<f32>],
-    x: &[f32],
-    w: &[f32],
-    dy: &[f32],
-) {
+/// dx of every row into `dx`; returns Σ_rows dy·x̂ then Σ_rows dy (2C).
+fn ln_bwd_rows(dx: &mut [MaybeUninit<f32>], x: &[f32], w: &[f32], dy: &[f32]) -> Vec<f32> {
     let c = w.len();
     let partials: Vec<Vec<f32>> = dx
         .par_chunks_mut(c * ROWS)
@@ -130,9 +160,18 @@ fn ln_bwd_rows(
             *t += v;
         }
     }
-    dwb.write_copy_of_slice(&sums);
+    sums
 }
 
+/// LayerNorm over the last dimension of x (rows of C), w and b of C.
 pub fn layer_norm(x: &Tensor, w: &Tensor, b: &Tensor) -> Result<Tensor> {
-    apply(LayerNorm, &[&x.contiguous()?, w, b])
+    let rows = x.elem_count() / w.elem_count().max(1);
+    layer_norm_runs(x, w, b, &Runs::one(rows))
+}
+
+/// LayerNorm of the rows of a pack: each run's rows of x (C each) with its w and b, the r-th
+/// rows of w and b (N, C).
+pub fn layer_norm_runs(x: &Tensor, w: &Tensor, b: &Tensor, runs: &Runs) -> Result<Tensor> {
+    let op = LayerNorm { runs: runs.clone() };
+    apply(op, &[&x.contiguous()?, &w.contiguous()?, &b.contiguous()?])
 }

@@ -3,8 +3,19 @@
 
 use super::*;
 
-/// y = x · W + b with W in Conv1D (in, out) layout, as one gemm into rows preset to b.
-struct Linear;
+/// y = x · W + b with W in Conv1D (in, out) layout, as one gemm into rows preset to b, each
+/// run's rows with its own W and b.
+struct Linear {
+    runs: Runs,
+}
+
+/// (in, out) of a linear layer's weight of shape ([N,] in, out).
+fn in_out(w: &Shape) -> Result<(usize, usize)> {
+    match w.dims() {
+        [.., k, n] => Ok((*k, *n)),
+        _ => bail!("lab-linear: a weight of shape {w:?}, not ([N,] in, out)"),
+    }
+}
 
 impl Kernel for Linear {
     const NAME: &'static str = "lab-linear";
@@ -15,29 +26,74 @@ impl Kernel for Linear {
             xs[1].f32::<Self>()?,
             xs[2].f32::<Self>()?,
         );
-        let (k, n) = xs[1].shape().dims2()?;
-        let m = x.len() / k;
+        let (k, n) = in_out(xs[1].shape())?;
+        self.runs.width(w.len(), Self::NAME)?;
+        let m = self.runs.rows();
+        if x.len() != m * k || w.len() != self.runs.len() * k * n {
+            bail!(
+                "{}: {} inputs and {} weights for {m} rows of {k} → {n}",
+                Self::NAME,
+                x.len(),
+                w.len()
+            );
+        }
         let mut y = written(m * n, |y| {
-            y.par_chunks_mut(n * ROWS).for_each(|c| {
-                for row in c.chunks_mut(n) {
-                    row.write_copy_of_slice(b);
-                }
-            })
+            for (r, (at, rows)) in self.runs.spans().enumerate() {
+                let b = &b[r * n..][..n];
+                y[at * n..][..rows * n]
+                    .par_chunks_mut(n * ROWS)
+                    .for_each(|c| {
+                        for row in c.chunks_mut(n) {
+                            row.write_copy_of_slice(b);
+                        }
+                    })
+            }
         });
-        sgemm(m, n, k, &mut y, true, x, k, 1, w, n, 1, true);
+        for (r, (at, rows)) in self.runs.spans().enumerate() {
+            let (x, w) = (&x[at * k..][..rows * k], &w[r * k * n..][..k * n]);
+            sgemm(rows, n, k, &mut y[at * n..], true, x, k, 1, w, n, 1, true);
+        }
         let mut dims = xs[0].shape().dims().to_vec();
         *dims.last_mut().unwrap() = n;
         Ok((y, Shape::from(dims)))
     }
 
     fn bwd(&self, xs: &[&Tensor], dy: &Tensor) -> Result<Vec<Option<Tensor>>> {
-        let packed = apply_no_bwd(LinearBwd, &[xs[0], xs[1], &dy.contiguous()?])?;
+        let bwd = LinearBwd {
+            runs: self.runs.clone(),
+        };
+        let packed = apply_no_bwd(bwd, &[xs[0], xs[1], &dy.contiguous()?])?;
         Ok(unpack(&packed, xs)?.into_iter().map(Some).collect())
     }
 }
 
-/// dx = dy · Wᵀ, dW = xᵀ · dy, db = Σ_rows dy, packed.
-struct LinearBwd;
+/// dx = dy · Wᵀ, dW = xᵀ · dy, db = Σ_rows dy (each run's from its own rows), packed.
+struct LinearBwd {
+    runs: Runs,
+}
+
+/// Σ over the rows (n wide) of dy, summed in blocks of `ROWS` rows.
+fn column_sums(dy: &[f32], n: usize) -> Vec<f32> {
+    let partials: Vec<Vec<f32>> = dy
+        .par_chunks(n * ROWS)
+        .map(|c| {
+            let mut acc = vec![0f32; n];
+            for row in c.chunks(n) {
+                for (a, v) in acc.iter_mut().zip(row) {
+                    *a += v;
+                }
+            }
+            acc
+        })
+        .collect();
+    let mut sums = vec![0f32; n];
+    for p in partials {
+        for (a, v) in sums.iter_mut().zip(p) {
+            *a += v;
+        }
+    }
+    sums
+}
 
 impl Kernel for LinearBwd {
     const NAME: &'static str = "lab-linear-bwd";
@@ -48,38 +104,56 @@ impl Kernel for LinearBwd {
             xs[1].f32::<Self>()?,
             xs[2].f32::<Self>()?,
         );
-        let (k, n) = xs[1].shape().dims2()?;
-        let m = x.len() / k;
-        let partials: Vec<Vec<f32>> = dy
-            .par_chunks(n * ROWS)
-            .map(|c| {
-                let mut acc = vec![0f32; n];
-                for row in c.chunks(n) {
-                    for (a, v) in acc.iter_mut().zip(row) {
-                        *a += v;
-                    }
-                }
-                acc
-            })
-            .collect();
-        let mut sums = vec![0f32; n];
-        for p in partials {
-            for (a, v) in sums.iter_mut().zip(p) {
-                *a += v;
-            }
-        }
-        let out = written(m * k + k * n + n, |out| {
+        let (k, n) = in_out(xs[1].shape())?;
+        let (m, nr) = (self.runs.rows(), self.runs.len());
+        let out = written(m * k + nr * (k * n + n), |out| {
             let (dx, rest) = out.split_at_mut(m * k);
-            let (dw, db) = rest.split_at_mut(k * n);
-            sgemm_into(m, k, n, dx, dy, n, 1, w, 1, n, true);
-            sgemm_into(k, n, m, dw, x, 1, k, dy, n, 1, true);
-            db.write_copy_of_slice(&sums);
+            let (dw, db) = rest.split_at_mut(nr * k * n);
+            for (r, (at, rows)) in self.runs.spans().enumerate() {
+                let (x, dy) = (&x[at * k..][..rows * k], &dy[at * n..][..rows * n]);
+                let w = &w[r * k * n..][..k * n];
+                sgemm_into(
+                    rows,
+                    k,
+                    n,
+                    &mut dx[at * k..][..rows * k],
+                    dy,
+                    n,
+                    1,
+                    w,
+                    1,
+                    n,
+                    true,
+                );
+                sgemm_into(
+                    k,
+                    n,
+                    rows,
+                    &mut dw[r * k * n..][..k * n],
+                    x,
+                    1,
+                    k,
+                    dy,
+                    n,
+                    1,
+                    true,
+                );
+                db[r * n..][..n].write_copy_of_slice(&column_sums(dy, n));
+            }
         });
-        Ok((out, Shape::from(m * k + k * n + n)))
+        Ok((out, Shape::from(m * k + nr * (k * n + n))))
     }
 }
 
 /// x · W + b over the last dimension of x, W (in, out).
 pub fn linear(x: &Tensor, w: &Tensor, b: &Tensor) -> Result<Tensor> {
-    apply(Linear, &[&x.contiguous()?, w, b])
+    let rows = x.elem_count() / x.dims().last().copied().unwrap_or(1).max(1);
+    linear_runs(x, w, b, &Runs::one(rows))
+}
+
+/// The linear layers of a pack: each run's rows of x with its W (the r-th of W (N, in, out))
+/// and b (the r-th row of b (N, out)).
+pub fn linear_runs(x: &Tensor, w: &Tensor, b: &Tensor, runs: &Runs) -> Result<Tensor> {
+    let op = Linear { runs: runs.clone() };
+    apply(op, &[&x.contiguous()?, &w.contiguous()?, &b.contiguous()?])
 }

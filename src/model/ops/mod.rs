@@ -27,9 +27,64 @@ use kernel::{In, Kernel, apply, apply_no_bwd};
 
 pub use attention::causal_attention;
 pub use gelu::gelu;
-pub use head::head_cross_entropy;
-pub use layer_norm::layer_norm;
-pub use linear::linear;
+pub use head::{head_cross_entropy, head_cross_entropy_runs};
+pub use layer_norm::{layer_norm, layer_norm_runs};
+pub use linear::{linear, linear_runs};
+
+/// The rows of each run of a pack, in order (SPEC §8 Revision, packs): run r's rows follow run
+/// r − 1's and meet only run r's weights, the r-th of each weight's leading dimension. A run
+/// alone is a pack of one, whose weights have no leading dimension. Every reduction over rows
+/// starts afresh at a run's first row, so a run's figures in a pack are its figures alone, to
+/// the bit.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Runs(Vec<usize>);
+
+impl Runs {
+    /// One run of `rows` rows.
+    pub fn one(rows: usize) -> Runs {
+        Runs(vec![rows])
+    }
+
+    /// Runs of these many rows each, in order.
+    pub fn new(rows: Vec<usize>) -> Runs {
+        Runs(rows)
+    }
+
+    /// How many runs.
+    pub fn len(&self) -> usize {
+        self.0.len()
+    }
+
+    /// No run at all.
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+
+    /// Rows of all runs together.
+    pub fn rows(&self) -> usize {
+        self.0.iter().sum()
+    }
+
+    /// Each run's first row and row count.
+    pub fn spans(&self) -> impl Iterator<Item = (usize, usize)> + '_ {
+        self.0.iter().scan(0, |at, &n| {
+            let s = (*at, n);
+            *at += n;
+            Some(s)
+        })
+    }
+
+    /// The width of a weight of `len` values shared by no two runs, or an error naming `op`.
+    fn width(&self, len: usize, op: &str) -> Result<usize> {
+        if self.0.is_empty() || !len.is_multiple_of(self.0.len()) {
+            bail!(
+                "{op}: {len} weights do not split over {} runs",
+                self.0.len()
+            );
+        }
+        Ok(len / self.0.len())
+    }
+}
 
 /// LayerNorm epsilon (SPEC §5, as in HF GPT-2).
 pub const LN_EPS: f32 = 1e-5;

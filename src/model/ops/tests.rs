@@ -25,13 +25,22 @@ fn values(shape: &[usize], seed: u64) -> Tensor {
 /// The output of `f` on `inputs` and the gradients of Σ output·r (r fixed and random)
 /// with respect to each input.
 fn run(f: &dyn Fn(&[Tensor]) -> Result<Tensor>, inputs: &[Tensor]) -> (Tensor, Vec<Tensor>) {
+    run_seeded(f, inputs, &|y| values(y.dims(), 99))
+}
+
+/// The same with r = seed(output).
+fn run_seeded(
+    f: &dyn Fn(&[Tensor]) -> Result<Tensor>,
+    inputs: &[Tensor],
+    seed: &dyn Fn(&Tensor) -> Tensor,
+) -> (Tensor, Vec<Tensor>) {
     let vars: Vec<Var> = inputs
         .iter()
         .map(|t| Var::from_tensor(t).unwrap())
         .collect();
     let ts: Vec<Tensor> = vars.iter().map(|v| v.as_tensor().clone()).collect();
     let y = f(&ts).unwrap();
-    let r = values(y.dims(), 99);
+    let r = seed(&y);
     let g = (&y * &r).unwrap().sum_all().unwrap().backward().unwrap();
     let grads = vars.iter().map(|v| g.get(v).unwrap().clone()).collect();
     (y, grads)
@@ -167,4 +176,88 @@ fn head_cross_entropy_matches_log_softmax_of_the_logits() {
         1e-5,
         "head cross-entropy",
     );
+}
+
+/// Run r's slice of a pack's rows (`rows` of them, `width` wide) from a packed tensor.
+fn rows_of(t: &Tensor, runs: &Runs, r: usize) -> Tensor {
+    let (at, n) = runs.spans().nth(r).unwrap();
+    t.narrow(0, at, n).unwrap()
+}
+
+fn bits(t: &Tensor) -> Vec<u32> {
+    let v = t.flatten_all().unwrap().to_vec1::<f32>().unwrap();
+    v.iter().map(|x| x.to_bits()).collect()
+}
+
+/// A pack of three runs (3, 70 and 130 rows: inside one row block, across one, across two)
+/// through LayerNorm, the linear layer and the head: each run's output and every gradient,
+/// its inputs' and its weights', are the run's alone, to the bit.
+#[test]
+fn a_pack_computes_each_run_as_it_would_alone() {
+    let runs = Runs::new(vec![3, ROWS + 6, 2 * ROWS + 2]);
+    let (n, c, out, v) = (runs.rows(), 13, 11, 17);
+    type Packed<'a> = &'a dyn Fn(&[Tensor]) -> Result<Tensor>;
+    type Alone<'a> = &'a dyn Fn(&[Tensor], usize) -> Result<Tensor>;
+    let targets: Vec<u32> = (0..n as u32).map(|i| (i * 7) % v as u32).collect();
+    let targets = Tensor::new(targets.as_slice(), &Device::Cpu).unwrap();
+    let cases: [(&str, Vec<Tensor>, Packed, Alone); 3] = [
+        (
+            "layer norm",
+            vec![values(&[n, c], 1), values(&[3, c], 2), values(&[3, c], 3)],
+            &|t| layer_norm_runs(&t[0], &t[1], &t[2], &runs),
+            &|t, _| layer_norm(&t[0], &t[1], &t[2]),
+        ),
+        (
+            "linear",
+            vec![
+                values(&[n, c], 4),
+                values(&[3, c, out], 5),
+                values(&[3, out], 6),
+            ],
+            &|t| linear_runs(&t[0], &t[1], &t[2], &runs),
+            &|t, _| linear(&t[0], &t[1], &t[2]),
+        ),
+        (
+            "head",
+            vec![values(&[n, c], 7), values(&[3, v, c], 8)],
+            &|t| head_cross_entropy_runs(&t[0], &t[1], &targets, &runs),
+            &|t, r| head_cross_entropy(&t[0], &t[1], &rows_of(&targets, &runs, r)),
+        ),
+    ];
+    for (what, inputs, packed, alone) in cases {
+        let (y, g) = run(packed, &inputs);
+        // Each run's share of the packed output, and of the backward's seed.
+        let share = |t: &Tensor, r: usize| {
+            if what == "head" {
+                t.get(r).unwrap()
+            } else {
+                rows_of(t, &runs, r)
+            }
+        };
+        let seed = values(y.dims(), 99);
+        for r in 0..runs.len() {
+            // Run r alone: its rows of x, and the r-th of each weight.
+            let mine: Vec<Tensor> = inputs
+                .iter()
+                .enumerate()
+                .map(|(i, t)| match i {
+                    0 => rows_of(t, &runs, r),
+                    _ => t.get(r).unwrap(),
+                })
+                .collect();
+            let (ya, ga) = run_seeded(&|t| alone(t, r), &mine, &|_| share(&seed, r));
+            assert_eq!(bits(&share(&y, r)), bits(&ya), "{what}: run {r}'s output");
+            for (i, ga) in ga.iter().enumerate() {
+                let gr = match i {
+                    0 => rows_of(&g[0], &runs, r),
+                    _ => g[i].get(r).unwrap(),
+                };
+                assert_eq!(
+                    bits(&gr),
+                    bits(ga),
+                    "{what}: run {r}'s gradient of input {i}"
+                );
+            }
+        }
+    }
 }
