@@ -7,6 +7,7 @@ pub mod fastmath;
 pub mod grad_check;
 pub mod kv;
 pub mod ops;
+pub mod pack;
 pub mod profile;
 
 use std::collections::HashMap;
@@ -162,13 +163,20 @@ impl Kernels {
 /// every layer: the indices and the causal mask are built and uploaded once a forward.
 pub struct Packed {
     pub lens: Vec<usize>,
+    /// The rows of each run, where a pack's runs train together (one run alone).
+    runs: ops::Runs,
     padding: std::cell::OnceCell<(Tensor, Tensor, Tensor)>,
 }
 
 impl Packed {
     fn new(lens: &[usize]) -> Packed {
+        Packed::of_runs(lens, ops::Runs::one(lens.iter().sum()))
+    }
+
+    fn of_runs(lens: &[usize], runs: ops::Runs) -> Packed {
         Packed {
             lens: lens.to_vec(),
+            runs,
             padding: std::cell::OnceCell::new(),
         }
     }
@@ -237,6 +245,16 @@ enum Layout<'a> {
     },
 }
 
+impl Layout<'_> {
+    /// The rows of each run among the forward's `rows`: a decoding step is one run's.
+    fn runs(&self, rows: usize) -> ops::Runs {
+        match self {
+            Layout::Packed(p) => p.runs.clone(),
+            Layout::Cached { .. } => ops::Runs::one(rows),
+        }
+    }
+}
+
 /// One transformer block's parameters, named like the HF tensors.
 struct Block {
     ln_1: (Tensor, Tensor),
@@ -250,6 +268,9 @@ struct Block {
 /// GPT-2 with its parameters as candle `Var`s.
 pub struct Gpt {
     pub cfg: GptConfig,
+    /// Runs in the pack (1: a run alone): every parameter has this leading dimension when more
+    /// than one (`pack.rs`).
+    pub runs: usize,
     pub kernels: Kernels,
     /// The dtype matmul inputs are cast to: F32, or BF16 for mixed precision (`set_precision`).
     matmul_dtype: DType,
@@ -294,11 +315,25 @@ impl Gpt {
     /// Build from named tensors (HF names); every parameter must be present with its shape.
     pub fn from_tensors(
         cfg: GptConfig,
+        tensors: HashMap<String, Tensor>,
+        device: &Device,
+    ) -> Result<Gpt> {
+        Gpt::with_runs(cfg, 1, tensors, device)
+    }
+
+    /// Build a pack of `runs` runs (`pack.rs`) from named tensors whose shapes lead with
+    /// `runs` (when more than one).
+    fn with_runs(
+        cfg: GptConfig,
+        runs: usize,
         mut tensors: HashMap<String, Tensor>,
         device: &Device,
     ) -> Result<Gpt> {
         let mut params = Vec::new();
-        for (name, shape) in cfg.param_shapes() {
+        for (name, mut shape) in cfg.param_shapes() {
+            if runs > 1 {
+                shape.insert(0, runs);
+            }
             let t = tensors
                 .remove(&name)
                 .ok_or_else(|| candle_core::Error::Msg(format!("missing tensor {name}")))?;
@@ -343,6 +378,7 @@ impl Gpt {
         let ln_f = pair("transformer.ln_f")?;
         Ok(Gpt {
             cfg,
+            runs,
             kernels: Kernels::for_device(device),
             matmul_dtype: DType::F32,
             params,
@@ -413,17 +449,23 @@ impl Gpt {
         a.to_dtype(d)?.matmul(&b.to_dtype(d)?)?.to_dtype(DType::F32)
     }
 
-    fn layer_norm(&self, x: &Tensor, (w, b): &(Tensor, Tensor)) -> Result<Tensor> {
+    /// LayerNorm of each run's rows with its weights (a pack runs the fused kernels only).
+    fn layer_norm(
+        &self,
+        x: &Tensor,
+        (w, b): &(Tensor, Tensor),
+        runs: &ops::Runs,
+    ) -> Result<Tensor> {
         match self.ops() {
-            Kernels::Fused => ops::layer_norm(x, w, b),
+            Kernels::Fused => ops::layer_norm_runs(x, w, b, runs),
             Kernels::Composed => ops::reference::layer_norm(x, w, b),
         }
     }
 
-    /// x · W + b with W in Conv1D (in, out) layout.
-    fn linear(&self, x: &Tensor, (w, b): &(Tensor, Tensor)) -> Result<Tensor> {
+    /// x · W + b with W in Conv1D (in, out) layout, each run's rows with its W and b.
+    fn linear(&self, x: &Tensor, (w, b): &(Tensor, Tensor), runs: &ops::Runs) -> Result<Tensor> {
         match self.ops() {
-            Kernels::Fused => ops::linear(x, w, b),
+            Kernels::Fused => ops::linear_runs(x, w, b, runs),
             Kernels::Composed => self.mm(x, w)?.broadcast_add(b),
         }
     }
@@ -511,19 +553,31 @@ impl Gpt {
 
     /// The transformer on token rows (N,) at positions (N,): embeddings, blocks, `ln_f`.
     fn run(&self, ids: &Tensor, pos: &Tensor, layout: &mut Layout) -> Result<Tensor> {
-        let tok = self.wte.embedding(ids)?;
-        let posv = self.wpe.embedding(pos)?;
-        let mut x = (tok + posv)?;
+        self.run_on(&self.wte, &self.wpe, ids, pos, layout)
+    }
+
+    /// `run` with the token and position tables `wte` and `wpe`: a pack's flattened, run r's
+    /// rows offset by r·V and r·P (`pack.rs`).
+    fn run_on(
+        &self,
+        wte: &Tensor,
+        wpe: &Tensor,
+        ids: &Tensor,
+        pos: &Tensor,
+        layout: &mut Layout,
+    ) -> Result<Tensor> {
+        let runs = layout.runs(ids.dim(0)?);
+        let mut x = (wte.embedding(ids)? + wpe.embedding(pos)?)?;
         for (i, blk) in self.h.iter().enumerate() {
-            let a = self.layer_norm(&x, &blk.ln_1)?;
-            let qkv = self.linear(&a, &blk.c_attn)?;
+            let a = self.layer_norm(&x, &blk.ln_1, &runs)?;
+            let qkv = self.linear(&a, &blk.c_attn, &runs)?;
             let y = self.attention(&qkv, i, layout)?;
-            x = (x + self.linear(&y, &blk.attn_c_proj)?)?;
-            let m = self.layer_norm(&x, &blk.ln_2)?;
-            let f = self.gelu(&self.linear(&m, &blk.c_fc)?)?;
-            x = (x + self.linear(&f, &blk.mlp_c_proj)?)?;
+            x = (x + self.linear(&y, &blk.attn_c_proj, &runs)?)?;
+            let m = self.layer_norm(&x, &blk.ln_2, &runs)?;
+            let f = self.gelu(&self.linear(&m, &blk.c_fc, &runs)?)?;
+            x = (x + self.linear(&f, &blk.mlp_c_proj, &runs)?)?;
         }
-        self.layer_norm(&x, &self.ln_f)
+        self.layer_norm(&x, &self.ln_f, &runs)
     }
 
     /// Hidden states after `ln_f` of packed sequences (training and validation): `ids` and

@@ -16,10 +16,13 @@ struct HeadCrossEntropy {
     probs: std::sync::Mutex<Vec<f32>>,
 }
 
-/// (V, E) of a tied head's weight of shape ([N,] V, E).
-fn vocab_width(w: &Shape) -> Result<(usize, usize)> {
+/// (V, E) of each run's tied head in a weight of shape (N, V, E) or (N·V, E).
+fn vocab_width(w: &Shape, runs: &Runs) -> Result<(usize, usize)> {
     match w.dims() {
-        [.., v, e] => Ok((*v, *e)),
+        [.., _, e] if *e > 0 => Ok((
+            runs.width(w.elem_count(), "lab-head-cross-entropy")? / e,
+            *e,
+        )),
         _ => bail!("lab-head-cross-entropy: a weight of shape {w:?}, not ([N,] V, E)"),
     }
 }
@@ -63,7 +66,7 @@ impl Kernel for HeadCrossEntropy {
             xs[1].f32::<Self>()?,
             xs[2].u32::<Self>()?,
         );
-        let (v, e) = vocab_width(xs[1].shape())?;
+        let (v, e) = vocab_width(xs[1].shape(), &self.runs)?;
         let n = tgt.len();
         if x.len() != n * e || n != self.runs.rows() || w.len() != self.runs.len() * v * e {
             bail!(
@@ -127,7 +130,7 @@ impl Kernel for HeadCrossEntropyBwd {
             xs[1].f32::<Self>()?,
             xs[2].u32::<Self>()?,
         );
-        let (v, e) = vocab_width(xs[1].shape())?;
+        let (v, e) = vocab_width(xs[1].shape(), &self.runs)?;
         let (n, nr) = (tgt.len(), self.runs.len());
         let mut dl = std::mem::take(&mut *self.probs.lock().expect("head probabilities"));
         if dl.len() != n * v || self.grads.len() != nr {
