@@ -22,6 +22,7 @@ mod cuda;
 mod host;
 #[cfg(any(test, feature = "cuda"))]
 mod multi_tensor;
+pub mod pack;
 
 #[derive(Clone, Copy, Debug)]
 pub struct Hyper {
@@ -97,6 +98,8 @@ struct Update {
 struct InPlace<'a> {
     u: Update,
     moments: &'a Mutex<(Vec<f32>, Vec<f32>)>,
+    /// Where this parameter's moments start in `moments`: 0 alone, r·len for run r of a pack.
+    at: usize,
 }
 
 impl InplaceOp2 for InPlace<'_> {
@@ -121,6 +124,7 @@ impl InplaceOp2 for InPlace<'_> {
         let (p, g) = (&mut p[p0..p1], &g[g0..g1]);
         let mut guard = self.moments.lock().expect("moments lock");
         let (m, v) = &mut *guard;
+        let (m, v) = (&mut m[self.at..][..p.len()], &mut v[self.at..][..p.len()]);
         let u = self.u;
         const CHUNK: usize = 1 << 14;
         p.par_chunks_mut(CHUNK)
@@ -254,8 +258,12 @@ impl AdamW {
             };
             match &mut slot.moments {
                 Moments::Host(m) => {
-                    var.as_tensor()
-                        .inplace_op2(&grad.contiguous()?, &InPlace { u, moments: m })?;
+                    let op = InPlace {
+                        u,
+                        moments: m,
+                        at: 0,
+                    };
+                    var.as_tensor().inplace_op2(&grad.contiguous()?, &op)?;
                 }
                 Moments::Device(m, v) => {
                     // candle leaves a variable's gradient undetached: built from the step's

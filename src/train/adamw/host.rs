@@ -111,6 +111,7 @@ fn cpu_step(s: &mut [Slot], u: Update) {
                 &InPlace {
                     u,
                     moments: &moments,
+                    at: 0,
                 },
             )
             .unwrap();
