@@ -4,6 +4,7 @@
 pub mod adamw;
 pub mod batch;
 pub mod metrics;
+pub mod pack;
 pub mod run;
 pub mod schedule;
 pub mod tokens;
