@@ -583,9 +583,13 @@ fn errors(depth: &[Group]) -> Finding {
             })
             .collect()
     };
-    let per: Vec<(String, MeanCi)> = depth
+    let raw: Vec<(String, Vec<f64>)> = depth
         .iter()
-        .map(|(b, rows)| (b.clone(), MeanCi::of(&ratios(rows))))
+        .map(|(b, rows)| (b.clone(), ratios(rows)))
+        .collect();
+    let per: Vec<(String, MeanCi)> = raw
+        .iter()
+        .map(|(b, v)| (b.clone(), MeanCi::of(v)))
         .collect();
     let numbers = Value::Array(
         per.iter()
@@ -595,17 +599,10 @@ fn errors(depth: &[Group]) -> Finding {
     let (verdict, statistic) = match (per.first(), per.last()) {
         (Some((sb, small)), Some((lb, large))) if per.len() >= 2 => {
             let wide = small.lo > 2f64.ln();
-            // Welch-style interval of the difference of the two means.
-            let se = ((small.half() / crate::report::stats::t975(small.n.max(2) - 1)).powi(2)
-                + (large.half() / crate::report::stats::t975(large.n.max(2) - 1)).powi(2))
-            .sqrt();
-            let d = large.mean - small.mean;
-            let diff = MeanCi {
-                mean: d,
-                lo: d - 1.96 * se,
-                hi: d + 1.96 * se,
-                n: small.n + large.n,
-            };
+            // The Welch interval of the difference of the two means, t at its degrees of
+            // freedom (SPEC §9 Revision, statistics).
+            let (first, last) = (&raw[0].1, &raw[raw.len() - 1].1);
+            let (diff, df) = crate::report::stats::welch(last, first);
             let v = if small.n < 2 || large.n < 2 {
                 Verdict::Inconclusive
             } else if wide && diff.below_zero() {
@@ -618,7 +615,7 @@ fn errors(depth: &[Group]) -> Finding {
             (
                 v,
                 format!(
-                    "{sb}: hallucination/invalid = {:.2} (ln {:.2} [{:.2}, {:.2}]); {lb}: {:.2}; ln-ratio change {:.2} [{:.2}, {:.2}]",
+                    "{sb}: hallucination/invalid = {:.2} (ln {:.2} [{:.2}, {:.2}]); {lb}: {:.2}; ln-ratio change {:.2} [{:.2}, {:.2}] (Welch, df {df:.1})",
                     small.mean.exp(),
                     small.mean,
                     small.lo,
