@@ -10,7 +10,7 @@ use crate::rng::{Purpose, stream};
 /// bisection on `t_cdf` to 1e-12 (NaN for df ≤ 0). SPEC §9 Revision: never 1.96 for a small
 /// sample.
 pub fn t975(df: f64) -> f64 {
-    if !(df > 0.0) {
+    if df.is_nan() || df <= 0.0 {
         return f64::NAN;
     }
     let (mut lo, mut hi) = (0.0f64, 1.0f64);
