@@ -87,6 +87,11 @@ pub enum Command {
         /// Override a config value, validated as the file is: --set train.lr=1e-3 (repeatable).
         #[arg(long = "set", value_name = "KEY=VALUE")]
         set: Vec<String>,
+        /// Train these configs' runs with --config's as one pack (repeatable): one model with a
+        /// leading run dimension on the CPU in fp32, each run's files its own alone, into
+        /// <out>/<name>/ [default: checkpoints/<name>/]. Fresh runs only.
+        #[arg(long, value_name = "CONFIG")]
+        pack_with: Vec<PathBuf>,
     },
     /// Decode and score the eval set (or the tuning split) with a checkpoint of a run.
     Eval {
@@ -507,6 +512,51 @@ pub fn run(cli: Cli) -> Result<Exit> {
             takeover,
             peak,
             kernels,
+            pack_with,
+        } if !pack_with.is_empty() => {
+            if resume || takeover || kernels.is_some() || peak.is_some() {
+                anyhow::bail!(
+                    "--pack-with: a pack starts fresh runs on the fused CPU kernels; --resume, --takeover, --kernels and --peak are for a run alone"
+                );
+            }
+            if !crate::device::parse(&device)?.is_cpu() && device != "auto" {
+                anyhow::bail!(
+                    "--pack-with: a pack trains on the CPU for now, not --device {device}"
+                );
+            }
+            let set = overrides(&set)?;
+            let configs = std::iter::once(&config)
+                .chain(&pack_with)
+                .map(|c| Ok(Config::load_with(c, &set)?))
+                .collect::<Result<Vec<_>>>()?;
+            let outs = configs
+                .iter()
+                .map(|c| match &out {
+                    Some(o) => o.join(&c.name),
+                    None => run::default_run_dir(c),
+                })
+                .collect();
+            eprintln!("training a pack of {} runs on the CPU", configs.len());
+            let done = crate::train::pack_run::train_pack(crate::train::pack_run::PackOptions {
+                configs,
+                outs,
+                max_steps,
+            })?;
+            for o in &done {
+                print!("{}", train_summary(o));
+            }
+        }
+        Command::Train {
+            config,
+            resume,
+            device,
+            out,
+            max_steps,
+            set,
+            takeover,
+            peak,
+            kernels,
+            ..
         } => {
             let cfg = Config::load_with(&config, &overrides(&set)?)?;
             let device = crate::device::parse(&device)?;

@@ -5,6 +5,7 @@ pub mod adamw;
 pub mod batch;
 pub mod metrics;
 pub mod pack;
+pub mod pack_run;
 pub mod run;
 pub mod schedule;
 pub mod tokens;

@@ -42,7 +42,7 @@ pub struct Options {
 }
 
 /// How a call to `train` ended.
-#[derive(Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Ending {
     /// Every epoch done; `DONE` written.
     Done,
@@ -70,7 +70,12 @@ pub fn default_run_dir(cfg: &Config) -> PathBuf {
 }
 
 /// Check that `run_dir` may be used for `cfg`, and create it with its fixed files.
-fn prepare_run_dir(cfg: &Config, run_dir: &Path, resume: bool, takeover: bool) -> Result<()> {
+pub(super) fn prepare_run_dir(
+    cfg: &Config,
+    run_dir: &Path,
+    resume: bool,
+    takeover: bool,
+) -> Result<()> {
     if run_dir.is_dir() {
         markers::check_free(run_dir, takeover)?;
     }
@@ -129,7 +134,7 @@ pub fn validation_loss(
 }
 
 /// Set by SIGUSR1 or SIGTERM: checkpoint at the next step boundary and stop.
-fn stop_flag() -> Result<Arc<AtomicBool>> {
+pub(super) fn stop_flag() -> Result<Arc<AtomicBool>> {
     let flag = Arc::new(AtomicBool::new(false));
     for sig in [signal_hook::consts::SIGUSR1, signal_hook::consts::SIGTERM] {
         signal_hook::flag::register(sig, Arc::clone(&flag))
@@ -139,16 +144,16 @@ fn stop_flag() -> Result<Arc<AtomicBool>> {
 }
 
 /// Everything one step needs to know to log and checkpoint.
-struct Loop<'a> {
-    run_dir: &'a Path,
-    model: &'a Gpt,
-    opt: &'a mut AdamW,
-    state: TrainerState,
-    metrics: Metrics,
+pub(super) struct Loop<'a> {
+    pub(super) run_dir: &'a Path,
+    pub(super) model: &'a Gpt,
+    pub(super) opt: &'a mut AdamW,
+    pub(super) state: TrainerState,
+    pub(super) metrics: Metrics,
 }
 
 impl Loop<'_> {
-    fn checkpoint(&self) -> Result<()> {
+    pub(super) fn checkpoint(&self) -> Result<()> {
         let model = self.model;
         let opt = &*self.opt;
         checkpoint::save(
@@ -323,7 +328,13 @@ fn train_in(
             s.window_steps += 1;
             window.tokens += tokens;
             if s.step.is_multiple_of(cfg.train.log_every) {
-                window.log(&mut lp, lr, gnorm, peak.as_ref(), &bar)?;
+                window.log(
+                    (&mut lp.state, &mut lp.metrics),
+                    lr,
+                    gnorm,
+                    peak.as_ref(),
+                    &bar,
+                )?;
             }
             bar.set_position(lp.state.step);
             if cfg.train.checkpoint_every > 0
@@ -363,7 +374,7 @@ fn train_in(
 }
 
 /// `run.json` of a run started by this code.
-fn run_info(
+pub(super) fn run_info(
     cfg: &Config,
     gcfg: GptConfig,
     data_dir: &Path,
@@ -383,7 +394,7 @@ fn run_info(
 }
 
 /// `run.json`, the HF `config.json` and the tokenizer, written into the run directory.
-fn write_fixed_files(run_dir: &Path, data_dir: &Path, info: &RunInfo) -> Result<()> {
+pub(super) fn write_fixed_files(run_dir: &Path, data_dir: &Path, info: &RunInfo) -> Result<()> {
     write_atomic(
         &run_dir.join(RUN),
         (serde_json::to_string_pretty(info)? + "\n").as_bytes(),
@@ -401,7 +412,7 @@ fn write_fixed_files(run_dir: &Path, data_dir: &Path, info: &RunInfo) -> Result<
 }
 
 /// The device's peak FLOP/s for `precision` (or `--peak`), which MFU divides, said on stderr.
-fn announce_peak(opts: &Options, precision: Precision) -> Option<crate::device::Peak> {
+pub(super) fn announce_peak(opts: &Options, precision: Precision) -> Option<crate::device::Peak> {
     let peak = crate::device::peak(&opts.device, opts.peak, precision);
     match &peak {
         Some(p) => eprintln!(
@@ -417,7 +428,12 @@ fn announce_peak(opts: &Options, precision: Precision) -> Option<crate::device::
 
 /// Count a finished step in the trainer state (step, cursor, FLOPs with and without the head,
 /// tokens, seconds since `t0`); returns its tokens.
-fn account(s: &mut TrainerState, gcfg: &GptConfig, batches: &[Batch], t0: Instant) -> usize {
+pub(super) fn account(
+    s: &mut TrainerState,
+    gcfg: &GptConfig,
+    batches: &[Batch],
+    t0: Instant,
+) -> usize {
     s.step += 1;
     s.batch += 1;
     let tokens: usize = batches.iter().map(|b| b.tokens).sum();
@@ -515,7 +531,7 @@ fn start(
 
 /// The evaluation at an epoch end (`last`: the final one): validation and tuning losses, the
 /// greedy and sampled evaluation, logged, then a checkpoint. Returns the validation loss.
-fn evaluate(
+pub(super) fn evaluate(
     lp: &mut Loop,
     cfg: &Config,
     data: &DataDir,
@@ -556,8 +572,8 @@ fn evaluate(
 /// The log window: this process's tokens, clock and model FLOPs since the last `train/*` line
 /// (its loss sum and step count live in the trainer state, so a resumed run logs the same
 /// averages).
-struct Window {
-    tokens: usize,
+pub(super) struct Window {
+    pub(super) tokens: usize,
     start: Instant,
     flops: f64,
 }
@@ -568,7 +584,7 @@ fn model_flops(s: &TrainerState) -> f64 {
 }
 
 impl Window {
-    fn new(s: &TrainerState) -> Window {
+    pub(super) fn new(s: &TrainerState) -> Window {
         Window {
             tokens: 0,
             start: Instant::now(),
@@ -578,15 +594,14 @@ impl Window {
 
     /// Log the window's `train/*` line (loss, lr, gradient norm, throughput, MFU against
     /// `peak`) and start the next window.
-    fn log(
+    pub(super) fn log(
         &mut self,
-        lp: &mut Loop,
+        (s, metrics): (&mut TrainerState, &mut Metrics),
         lr: f64,
         gnorm: f64,
         peak: Option<&crate::device::Peak>,
         bar: &indicatif::ProgressBar,
     ) -> Result<()> {
-        let s = &mut lp.state;
         let secs = self.start.elapsed().as_secs_f64();
         let mean = s.window_loss / s.window_steps.max(1) as f64;
         let rate = (model_flops(s) - self.flops) / secs;
@@ -610,10 +625,10 @@ impl Window {
             self.tokens as f64 / secs
         ));
         let (step, epoch, flops) = (s.step, s.epoch + 1, [s.flops, s.flops_head]);
-        lp.metrics.log(step, epoch, flops, &figures)?;
-        *self = Window::new(&lp.state);
-        lp.state.window_loss = 0.0;
-        lp.state.window_steps = 0;
+        metrics.log(step, epoch, flops, &figures)?;
+        *self = Window::new(s);
+        s.window_loss = 0.0;
+        s.window_steps = 0;
         Ok(())
     }
 }

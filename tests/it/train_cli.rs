@@ -1021,3 +1021,115 @@ fn the_last_evaluation_decodes_again_under_each_final_budget() {
         assert!(dir.path().join(format!("{stem}.summary.json")).exists());
     }
 }
+
+/// `lab train --pack-with`: three runs of the micro shape with their own seeds, learning rates
+/// and weight decay, one of them teacherless, trained as one pack, write every file a run alone
+/// writes, byte for byte where a run alone is deterministic: model, optimizer, every
+/// evaluation's answers and summary, and the figures of every `metrics.jsonl` line.
+#[test]
+fn a_pack_writes_each_run_as_it_would_alone() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let runs = [
+        ("p1", "seed = 1\nlr = 3e-3\n"),
+        ("p2", "seed = 2\nlr = 1e-3\nweight_decay = 0.0\n"),
+        ("p3", "seed = 3\nlr = 2e-3\nhash_prefix = 2\n"),
+    ];
+    for (name, keys) in runs {
+        let text = MICRO.replacen("name = \"micro\"", &format!("name = \"{name}\""), 1);
+        let text = text.replacen("lr = 3e-3\n", keys, 1);
+        write_config(d, &format!("{name}.toml"), &text);
+        train(
+            d,
+            &d.join(format!("{name}.toml")),
+            &format!("alone/{name}"),
+            &[],
+            0,
+        );
+    }
+    let out = run_expect(
+        lab(d).args([
+            "train",
+            "--device",
+            "cpu",
+            "--config",
+            "p1.toml",
+            "--pack-with",
+            "p2.toml",
+            "--pack-with",
+            "p3.toml",
+            "--out",
+            "pack",
+        ]),
+        0,
+    );
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout).matches("done").count(),
+        3
+    );
+    let read = |p: PathBuf| std::fs::read(&p).unwrap_or_else(|e| panic!("{}: {e}", p.display()));
+    // Every line's figures, without the clock's.
+    let figures = |p: PathBuf| -> Vec<Value> {
+        String::from_utf8(read(p))
+            .unwrap()
+            .lines()
+            .map(|l| {
+                let mut v: Value = serde_json::from_str(l).unwrap();
+                let m = v.as_object_mut().unwrap();
+                m.retain(|k, _| !k.ends_with("_per_s") && k != "train/mfu");
+                v
+            })
+            .collect()
+    };
+    for (name, _) in runs {
+        let (a, p) = (d.join("alone").join(name), d.join("pack").join(name));
+        for f in [
+            "model.safetensors",
+            "optimizer.safetensors",
+            "config.toml",
+            "config.json",
+            "tokenizer.json",
+            "eval/epoch-01.jsonl",
+            "eval/epoch-02.jsonl",
+            "eval/epoch-02.summary.json",
+        ] {
+            assert!(read(a.join(f)) == read(p.join(f)), "{name}: {f} differs");
+        }
+        assert_eq!(
+            figures(a.join("metrics.jsonl")),
+            figures(p.join("metrics.jsonl"))
+        );
+        assert!(
+            p.join("DONE").exists() && !p.join("RUNNING").exists(),
+            "{name}"
+        );
+    }
+    // Runs of different shapes are refused before anything is written.
+    write_config(
+        d,
+        "wide.toml",
+        &MICRO
+            .replace("n_embd = 32", "n_embd = 64")
+            .replace("name = \"micro\"", "name = \"wide\""),
+    );
+    let out = run_expect(
+        lab(d).args([
+            "train",
+            "--device",
+            "cpu",
+            "--config",
+            "p1.toml",
+            "--pack-with",
+            "wide.toml",
+            "--out",
+            "bad",
+        ]),
+        2,
+    );
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("model.n_embd") && err.contains("cannot share a pack"),
+        "{err}"
+    );
+    assert!(!d.join("bad").exists());
+}
