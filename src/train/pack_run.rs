@@ -284,7 +284,9 @@ fn train_in(
         }
     }
     bar.finish_and_clear();
-    let rate = first.map_or(0.0, |t| tokens_after as f64 / t.elapsed().as_secs_f64().max(1e-9));
+    let rate = first.map_or(0.0, |t| {
+        tokens_after as f64 / t.elapsed().as_secs_f64().max(1e-9)
+    });
     eprintln!("pack of {}: {rate:.0} tokens/s in all", cfgs.len());
     let mut out = Vec::new();
     for m in members {
