@@ -33,7 +33,18 @@ impl Part {
 
 /// The examples that get a teacherless copy: each with probability `fraction`, drawn once
 /// for the run from its seed.
-pub fn teacherless_examples(n: usize, seed: u64, fraction: f64) -> Vec<usize> {
+/// The teacherless copies a run's config asks for among `n` training examples (none for the
+/// next-token objective).
+pub fn teacherless_of(cfg: &crate::config::TrainConfig, n: usize) -> Vec<usize> {
+    match cfg.objective {
+        crate::config::Objective::Ntp => Vec::new(),
+        crate::config::Objective::Teacherless => {
+            teacherless_examples(n, cfg.seed, cfg.teacherless_fraction)
+        }
+    }
+}
+
+fn teacherless_examples(n: usize, seed: u64, fraction: f64) -> Vec<usize> {
     let mut rng = stream(seed, Purpose::Teacherless, 0);
     (0..n).filter(|_| rng.random_bool(fraction)).collect()
 }

@@ -122,14 +122,7 @@ fn train_in(
     let mut members = Vec::new();
     let mut steps = None;
     for (cfg, dir) in cfgs.iter().zip(&opts.outs) {
-        let teacherless = match cfg.train.objective {
-            crate::config::Objective::Ntp => Vec::new(),
-            crate::config::Objective::Teacherless => batch::teacherless_examples(
-                cache.train.len(),
-                cfg.train.seed,
-                cfg.train.teacherless_fraction,
-            ),
-        };
+        let teacherless = batch::teacherless_of(&cfg.train, cache.train.len());
         let per_epoch = (cache.train.len() + teacherless.len()).div_ceil(b) as u64;
         if *steps.get_or_insert(per_epoch) != per_epoch {
             bail!(

@@ -234,14 +234,7 @@ fn train_in(
     let gcfg = GptConfig::new(cfg, data.vocab().n_tokens());
     let b = cfg.train.batch_size as usize;
     let vocab = data.vocab();
-    let teacherless = match cfg.train.objective {
-        crate::config::Objective::Ntp => Vec::new(),
-        crate::config::Objective::Teacherless => batch::teacherless_examples(
-            cache.train.len(),
-            cfg.train.seed,
-            cfg.train.teacherless_fraction,
-        ),
-    };
+    let teacherless = batch::teacherless_of(&cfg.train, cache.train.len());
     let steps_per_epoch = (cache.train.len() + teacherless.len()).div_ceil(b) as u64;
     let total_steps = steps_per_epoch * cfg.train.epochs as u64;
     let info = run_info(cfg, gcfg, data_dir, steps_per_epoch)?;

@@ -98,7 +98,7 @@ pub fn tiny_data(dir: &Path, name: &str) -> PathBuf {
 /// the regularized upper incomplete gamma Q(k/2, x/2) (Numerical Recipes, gammq).
 pub fn chi_square_p(x: f64, k: f64) -> f64 {
     let (a, x) = (k / 2.0, x / 2.0);
-    let ln_gamma_a = ln_gamma(a);
+    let ln_gamma_a = lab::report::stats::ln_gamma(a);
     if x < a + 1.0 {
         // Series for P, then Q = 1 − P.
         let (mut sum, mut del, mut ap) = (1.0 / a, 1.0 / a, a);
@@ -138,25 +138,6 @@ pub fn chi_square_p(x: f64, k: f64) -> f64 {
         }
         (-x + a * x.ln() - ln_gamma_a).exp() * h
     }
-}
-
-/// ln Γ(x) by the Lanczos approximation (g = 7, n = 9).
-fn ln_gamma(x: f64) -> f64 {
-    const C: [f64; 9] = [
-        0.999_999_999_999_809_9,
-        676.520_368_121_885_1,
-        -1_259.139_216_722_402_8,
-        771.323_428_777_653_1,
-        -176.615_029_162_140_6,
-        12.507_343_278_686_905,
-        -0.138_571_095_265_720_12,
-        9.984_369_578_019_572e-6,
-        1.505_632_735_149_311_6e-7,
-    ];
-    let x = x - 1.0;
-    let t = x + 7.5;
-    let s: f64 = C[0] + (1..9).map(|i| C[i] / (x + i as f64)).sum::<f64>();
-    0.5 * (2.0 * std::f64::consts::PI).ln() + (x + 0.5) * t.ln() - t + s.ln()
 }
 
 #[test]
