@@ -11,7 +11,6 @@ use std::time::Instant;
 use anyhow::{Context, Result, bail};
 use candle_core::{Device, Tensor};
 
-use crate::code::Code;
 use crate::config::{Config, Precision};
 use crate::dataset::{self, DataDir};
 use crate::fsutil::write_atomic;
@@ -133,16 +132,7 @@ fn train_in(
         let total = per_epoch * cfg.train.epochs as u64;
         let info = run::run_info(cfg, gcfg, data_dir, per_epoch)?;
         run::write_fixed_files(dir, data_dir, &info)?;
-        let state = TrainerState {
-            lab_version: env!("CARGO_PKG_VERSION").to_string(),
-            code: Some(Code::this()),
-            run_hash: cfg.run_hash(),
-            rng: format!(
-                "ChaCha8 streams from train.seed = {}: init, teacherless copies, and per epoch the order and hash prefixes",
-                cfg.train.seed
-            ),
-            ..TrainerState::default()
-        };
+        let state = run::fresh_state(cfg);
         let sched = Schedule::new(
             cfg.peak_lr(),
             cfg.train.min_lr_frac,

@@ -507,19 +507,24 @@ fn start(
     } else {
         let model = kernels(Gpt::init(gcfg, cfg.train.seed, device)?);
         let opt = AdamW::new(&model.params, Hyper::from_config(&cfg.train), model.kernels)?;
-        let state = TrainerState {
-            lab_version: env!("CARGO_PKG_VERSION").to_string(),
-            code: Some(Code::this()),
-            run_hash: cfg.run_hash(),
-            rng: format!(
-                "ChaCha8 streams from train.seed = {}: init, teacherless copies, and per epoch the order and hash prefixes",
-                cfg.train.seed
-            ),
-            ..TrainerState::default()
-        };
+        let state = fresh_state(cfg);
         (model, opt, state)
     };
     Ok((model, opt, state, info))
+}
+
+/// The trainer state of a run that starts now: this code, the config's hash, its streams.
+pub(super) fn fresh_state(cfg: &Config) -> TrainerState {
+    TrainerState {
+        lab_version: env!("CARGO_PKG_VERSION").to_string(),
+        code: Some(Code::this()),
+        run_hash: cfg.run_hash(),
+        rng: format!(
+            "ChaCha8 streams from train.seed = {}: init, teacherless copies, and per epoch the order and hash prefixes",
+            cfg.train.seed
+        ),
+        ..TrainerState::default()
+    }
 }
 
 /// The evaluation at an epoch end (`last`: the final one): validation and tuning losses, the
