@@ -89,7 +89,8 @@ pub enum Command {
         set: Vec<String>,
         /// Train these configs' runs with --config's as one pack (repeatable): one model with a
         /// leading run dimension on the CPU in fp32, each run's files its own alone, into
-        /// <out>/<name>/ [default: checkpoints/<name>/]. Fresh runs only.
+        /// <out>/<name>/ [default: checkpoints/<name>/]. With --resume each run continues from
+        /// its checkpoint where it has one (runs at different steps: one pack per step).
         #[arg(long, value_name = "CONFIG")]
         pack_with: Vec<PathBuf>,
     },
@@ -514,9 +515,9 @@ pub fn run(cli: Cli) -> Result<Exit> {
             kernels,
             pack_with,
         } if !pack_with.is_empty() => {
-            if resume || takeover || kernels.is_some() || peak.is_some() {
+            if takeover || kernels.is_some() || peak.is_some() {
                 anyhow::bail!(
-                    "--pack-with: a pack starts fresh runs on the fused CPU kernels; --resume, --takeover, --kernels and --peak are for a run alone"
+                    "--pack-with: a pack trains on the fused CPU kernels; --takeover, --kernels and --peak are for a run alone"
                 );
             }
             if !crate::device::parse(&device)?.is_cpu() && device != "auto" {
@@ -541,9 +542,13 @@ pub fn run(cli: Cli) -> Result<Exit> {
                 configs,
                 outs,
                 max_steps,
+                resume,
             })?;
             for o in &done {
                 print!("{}", train_summary(o));
+            }
+            if done.iter().any(|o| o.ending == Ending::Interrupted) {
+                return Ok(Exit::Interrupted);
             }
         }
         Command::Train {

@@ -2,9 +2,10 @@
 //! batch size, step count and precision; anything else a run trains on alone may differ.
 
 use anyhow::{Result, bail};
+use candle_core::Device;
 use serde_json::Value;
 
-use crate::config::Config;
+use crate::config::{Config, Precision};
 
 /// The keys a pack's runs may differ in: each run's own seed, optimizer, schedule, sequences
 /// (a hash prefix, the objective: the pack takes each run's own batch), logging, checkpoints
@@ -50,12 +51,34 @@ fn shared(cfg: &Config) -> Result<Vec<(String, Value)>> {
     Ok(out)
 }
 
+/// Why a run cannot train in any pack, if it cannot: a pack trains in fp32 on the CPU (for
+/// now) and takes each run's whole batch.
+pub fn alone_reason(cfg: &Config) -> Option<&'static str> {
+    if Precision::resolve(cfg.train.precision, &Device::Cpu) != Precision::Fp32 {
+        return Some("train.precision: a pack trains in fp32 on the CPU for now");
+    }
+    if cfg.train.micro_batch.is_some() {
+        return Some("train.micro_batch: a pack takes each run's whole batch");
+    }
+    None
+}
+
+/// What runs must share to share a pack, as one string: equal exactly for runs that may.
+pub fn key(cfg: &Config) -> Result<String> {
+    Ok(serde_json::to_string(&shared(cfg)?)?)
+}
+
 /// Refuse runs that cannot train as one pack, naming the first run that differs from the
 /// first, the first key that differs, and both values.
 pub fn check(cfgs: &[&Config]) -> Result<()> {
     let Some((first, rest)) = cfgs.split_first() else {
         bail!("a pack of no runs");
     };
+    for cfg in cfgs {
+        if let Some(why) = alone_reason(cfg) {
+            bail!("{}: {why}", cfg.source.display());
+        }
+    }
     let want = shared(first)?;
     for cfg in rest {
         let got = shared(cfg)?;
@@ -106,12 +129,14 @@ mod tests {
             ("[train]\nepochs = 3\n", "train.epochs"),
             ("[graph]\nseed = 5\n", "graph.seed"),
             ("[train]\nprecision = \"bf16\"\n", "train.precision"),
+            ("[train]\nmicro_batch = 16\n", "train.micro_batch"),
         ] {
             let err = check(&[&base, &free, &config(text)])
                 .unwrap_err()
                 .to_string();
             assert!(
-                err.contains(key) && err.contains("cannot share a pack"),
+                err.contains(key)
+                    && (err.contains("cannot share a pack") || err.contains("a pack ")),
                 "{err}"
             );
         }

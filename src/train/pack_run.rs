@@ -3,7 +3,7 @@
 //! its own directory, schedule, logs, checkpoints, evaluations and `DONE`, byte for byte those
 //! of the run alone on the CPU in fp32. A run whose loss goes non-finite stops alone.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::Ordering;
 use std::time::Instant;
@@ -11,12 +11,12 @@ use std::time::Instant;
 use anyhow::{Context, Result, bail};
 use candle_core::{Device, Tensor};
 
-use crate::config::{Config, Precision};
+use crate::config::Config;
 use crate::dataset::{self, DataDir};
 use crate::fsutil::write_atomic;
 use crate::model::pack::RunBatch;
 use crate::model::{Gpt, GptConfig, Kernels};
-use crate::rundir::checkpoint::TrainerState;
+use crate::rundir::checkpoint::{self, MODEL, TrainerState};
 use crate::rundir::{DONE, markers};
 use crate::train::adamw::pack::PackAdamW;
 use crate::train::adamw::{AdamW, Hyper};
@@ -31,6 +31,9 @@ pub struct PackOptions {
     pub configs: Vec<Config>,
     pub outs: Vec<PathBuf>,
     pub max_steps: Option<u64>,
+    /// Continue each run from its latest checkpoint where it has one (fresh where it has
+    /// none, left as it is where it is DONE).
+    pub resume: bool,
 }
 
 /// One run of the pack: its config, directory, schedule, state and logs.
@@ -51,19 +54,6 @@ struct Member<'a> {
 /// Refuse what a pack cannot train, before anything is written.
 fn refuse(cfgs: &[&Config]) -> Result<()> {
     crate::train::pack::check(cfgs)?;
-    let cfg = cfgs[0];
-    if Precision::resolve(cfg.train.precision, &Device::Cpu) != Precision::Fp32 {
-        bail!(
-            "{}: a pack trains in fp32 on the CPU for now",
-            cfg.source.display()
-        );
-    }
-    if cfg.train.micro_batch.is_some() {
-        bail!(
-            "{}: train.micro_batch: a pack takes each run's whole batch",
-            cfg.source.display()
-        );
-    }
     let mut names: Vec<&str> = cfgs.iter().map(|c| c.name.as_str()).collect();
     names.sort();
     if names.windows(2).any(|w| w[0] == w[1]) {
@@ -72,8 +62,11 @@ fn refuse(cfgs: &[&Config]) -> Result<()> {
     Ok(())
 }
 
-/// Train the runs of `opts` as one pack on the CPU. Fresh runs only: a run directory with a
-/// checkpoint is refused (resume a pack's runs alone, `lab train --resume`).
+/// Train the runs of `opts` as one pack on the CPU. With `resume`, each run continues from its
+/// latest checkpoint: runs at one step train as one pack, runs at different steps (a `kill -9`
+/// between two runs' checkpoints, a run that failed alone) as one pack per step in turn, a
+/// lone run and a DONE one as `lab train --resume` would. Returns the outcomes in the runs'
+/// order, of the runs trained before a signal stopped the call.
 pub fn train_pack(opts: PackOptions) -> Result<Vec<Outcome>> {
     let cfgs: Vec<&Config> = opts.configs.iter().collect();
     refuse(&cfgs)?;
@@ -81,14 +74,88 @@ pub fn train_pack(opts: PackOptions) -> Result<Vec<Outcome>> {
     dataset::ensure(cfgs[0], &data_dir, false)?;
     let data = DataDir::open(&data_dir)?;
     let cache = tokens::load_or_build(&data)?;
-    for (cfg, dir) in cfgs.iter().zip(&opts.outs) {
-        run::prepare_run_dir(cfg, dir, false, false)?;
+    // The step each run starts at (None: DONE, trained alone to say so).
+    let mut groups: BTreeMap<Option<u64>, Vec<usize>> = BTreeMap::new();
+    for (i, (cfg, dir)) in cfgs.iter().zip(&opts.outs).enumerate() {
+        let resume = opts.resume && checkpoint::exists(dir);
+        if resume && dir.join(DONE).exists() {
+            groups.entry(None).or_default().push(i);
+            continue;
+        }
+        run::prepare_run_dir(cfg, dir, resume, false)?;
+        let step = if resume {
+            checkpoint::latest(dir)?.1.step
+        } else {
+            0
+        };
+        groups.entry(Some(step)).or_default().push(i);
     }
-    for dir in &opts.outs {
+    let packs = groups.iter().filter(|(s, g)| s.is_some() && g.len() > 1);
+    if groups.len() > 1 {
+        eprintln!(
+            "the runs stand at {} different steps: {} packs in turn, {} runs alone",
+            groups.keys().flatten().count(),
+            packs.count(),
+            groups
+                .iter()
+                .filter(|(s, g)| s.is_none() || g.len() == 1)
+                .map(|(_, g)| g.len())
+                .sum::<usize>()
+        );
+    }
+    let mut out: Vec<(usize, Outcome)> = Vec::new();
+    for (step, group) in groups {
+        if step.is_some() && group.len() > 1 {
+            let mine: Vec<&Config> = group.iter().map(|&i| cfgs[i]).collect();
+            let dirs: Vec<PathBuf> = group.iter().map(|&i| opts.outs[i].clone()).collect();
+            let done = pack_in(
+                &opts,
+                &mine,
+                &dirs,
+                step != Some(0),
+                &data_dir,
+                &data,
+                &cache,
+            )?;
+            out.extend(group.iter().copied().zip(done));
+        } else {
+            for &i in &group {
+                let o = run::train(run::Options {
+                    config: cfgs[i].clone(),
+                    out: Some(opts.outs[i].clone()),
+                    resume: step != Some(0),
+                    device: Device::Cpu,
+                    max_steps: opts.max_steps,
+                    takeover: false,
+                    peak: None,
+                    kernels: None,
+                })?;
+                out.push((i, o));
+            }
+        }
+        if out.iter().any(|(_, o)| o.ending == Ending::Interrupted) {
+            break;
+        }
+    }
+    out.sort_by_key(|(i, _)| *i);
+    Ok(out.into_iter().map(|(_, o)| o).collect())
+}
+
+/// One pack of runs at one step (fresh, or each from its checkpoint), holding their markers.
+fn pack_in(
+    opts: &PackOptions,
+    cfgs: &[&Config],
+    dirs: &[PathBuf],
+    resume: bool,
+    data_dir: &Path,
+    data: &DataDir,
+    cache: &tokens::TokenCache,
+) -> Result<Vec<Outcome>> {
+    for dir in dirs {
         markers::acquire(dir, false)?;
     }
-    let result = train_in(&opts, &cfgs, &data_dir, &data, &cache);
-    for dir in &opts.outs {
+    let result = train_in(opts.max_steps, cfgs, dirs, resume, data_dir, data, cache);
+    for dir in dirs {
         match &result {
             // A run stopped in the pack keeps its FAILED marker.
             Ok(_) if markers::read_failed(dir).is_some() => {}
@@ -109,8 +176,10 @@ fn alone(pack: &Gpt, opt: &PackAdamW, r: usize, hp: Hyper) -> Result<(Gpt, AdamW
 }
 
 fn train_in(
-    opts: &PackOptions,
+    max_steps: Option<u64>,
     cfgs: &[&Config],
+    dirs: &[PathBuf],
+    resume: bool,
     data_dir: &Path,
     data: &DataDir,
     cache: &tokens::TokenCache,
@@ -120,7 +189,9 @@ fn train_in(
     let b = cfgs[0].train.batch_size as usize;
     let mut members = Vec::new();
     let mut steps = None;
-    for (cfg, dir) in cfgs.iter().zip(&opts.outs) {
+    // Each run's tensors and, resumed, its checkpoint's directory.
+    let mut starts = Vec::new();
+    for (cfg, dir) in cfgs.iter().zip(dirs) {
         let teacherless = batch::teacherless_of(&cfg.train, cache.train.len());
         let per_epoch = (cache.train.len() + teacherless.len()).div_ceil(b) as u64;
         if *steps.get_or_insert(per_epoch) != per_epoch {
@@ -131,8 +202,17 @@ fn train_in(
         }
         let total = per_epoch * cfg.train.epochs as u64;
         let info = run::run_info(cfg, gcfg, data_dir, per_epoch)?;
+        let (state, info) = if resume {
+            let (ck, state, info) = run::resume_point(cfg, dir, info)?;
+            let model = Gpt::load(gcfg, &ck.join(MODEL), &Device::Cpu)?;
+            starts.push((model.named_tensors(), Some(ck)));
+            (state, info)
+        } else {
+            let model = Gpt::init(gcfg, cfg.train.seed, &Device::Cpu)?;
+            starts.push((model.named_tensors(), None));
+            (run::fresh_state(cfg), info)
+        };
         run::write_fixed_files(dir, data_dir, &info)?;
-        let state = run::fresh_state(cfg);
         let sched = Schedule::new(
             cfg.peak_lr(),
             cfg.train.min_lr_frac,
@@ -145,22 +225,27 @@ fn train_in(
             teacherless,
             sched,
             window: Window::new(&state),
-            metrics: Some(Metrics::open(dir, None)?),
+            metrics: Some(Metrics::open(dir, resume.then_some(state.step))?),
             state,
             live: true,
             val_loss: None,
         });
     }
     let per_epoch = steps.context("a pack of no runs")?;
-    let runs: Vec<Vec<(String, Tensor)>> = cfgs
-        .iter()
-        .map(|c| Ok(Gpt::init(gcfg, c.train.seed, &Device::Cpu)?.named_tensors()))
-        .collect::<Result<_>>()?;
+    let runs: Vec<Vec<(String, Tensor)>> = starts.iter().map(|s| s.0.clone()).collect();
     let pack = Gpt::pack(gcfg, &runs, &Device::Cpu)?;
     let hps: Vec<Hyper> = cfgs.iter().map(|c| Hyper::from_config(&c.train)).collect();
     let mut opt = PackAdamW::new(&pack.params, hps.clone())?;
+    for (r, (_, ck)) in starts.iter().enumerate() {
+        if let Some(ck) = ck {
+            let step = members[r].state.step;
+            opt.load_run(r, run::optimizer_state(ck)?, step)
+                .with_context(|| run::mismatch(ck))?;
+        }
+    }
     let stop = run::stop_flag()?;
     let bar = crate::progress::bar(per_epoch * cfgs[0].train.epochs as u64, "train pack");
+    bar.set_position(members[0].state.step);
     let epochs = cfgs[0].train.epochs as u64;
     let mut ending = Ending::Done;
     // The pack's throughput, all runs' tokens together, from the end of its first step.
@@ -174,8 +259,7 @@ fn train_in(
             })
             .collect();
         while members[0].state.batch < per_epoch {
-            if opts.max_steps.is_some_and(|s| members[0].state.step >= s)
-                || stop.load(Ordering::Relaxed)
+            if max_steps.is_some_and(|s| members[0].state.step >= s) || stop.load(Ordering::Relaxed)
             {
                 ending = if stop.load(Ordering::Relaxed) {
                     Ending::Interrupted

@@ -485,24 +485,12 @@ fn start(
         model
     };
     let (model, opt, state) = if opts.resume {
-        let (dir, state) = checkpoint::latest(run_dir)?;
-        if state.run_hash != cfg.run_hash() {
-            bail!("{}: checkpoint of a different config", run_dir.display());
-        }
+        let (dir, state, resumed) = resume_point(cfg, run_dir, info)?;
+        info = resumed;
         let model = kernels(Gpt::load(gcfg, &dir.join(MODEL), device)?);
         let mut opt = AdamW::new(&model.params, Hyper::from_config(&cfg.train), model.kernels)?;
-        opt.load_state(load_tensors(&dir.join(OPTIMIZER))?, state.step)
-            .with_context(|| {
-                format!(
-                    "{}: optimizer state does not match the model",
-                    dir.join(OPTIMIZER).display()
-                )
-            })?;
-        info = resumed_info(run_dir, &state, info);
-        let state = TrainerState {
-            code: Some(Code::this()),
-            ..state
-        };
+        opt.load_state(optimizer_state(&dir)?, state.step)
+            .with_context(|| mismatch(&dir))?;
         (model, opt, state)
     } else {
         let model = kernels(Gpt::init(gcfg, cfg.train.seed, device)?);
@@ -511,6 +499,38 @@ fn start(
         (model, opt, state)
     };
     Ok((model, opt, state, info))
+}
+
+/// Where a run resumes: its latest checkpoint's directory, its trainer state (now this
+/// code's), and `info` as the resumed run's `run.json`; refused for another config's checkpoint.
+pub(super) fn resume_point(
+    cfg: &Config,
+    run_dir: &Path,
+    info: RunInfo,
+) -> Result<(PathBuf, TrainerState, RunInfo)> {
+    let (dir, state) = checkpoint::latest(run_dir)?;
+    if state.run_hash != cfg.run_hash() {
+        bail!("{}: checkpoint of a different config", run_dir.display());
+    }
+    let info = resumed_info(run_dir, &state, info);
+    let state = TrainerState {
+        code: Some(Code::this()),
+        ..state
+    };
+    Ok((dir, state, info))
+}
+
+/// The optimizer moments of the checkpoint in `dir`.
+pub(super) fn optimizer_state(dir: &Path) -> Result<std::collections::HashMap<String, Tensor>> {
+    load_tensors(&dir.join(OPTIMIZER))
+}
+
+/// The error of moments that do not fit the model, naming the checkpoint's file.
+pub(super) fn mismatch(dir: &Path) -> String {
+    format!(
+        "{}: optimizer state does not match the model",
+        dir.join(OPTIMIZER).display()
+    )
 }
 
 /// The trainer state of a run that starts now: this code, the config's hash, its streams.

@@ -1067,42 +1067,8 @@ fn a_pack_writes_each_run_as_it_would_alone() {
         String::from_utf8_lossy(&out.stdout).matches("done").count(),
         3
     );
-    let read = |p: PathBuf| std::fs::read(&p).unwrap_or_else(|e| panic!("{}: {e}", p.display()));
-    // Every line's figures, without the clock's.
-    let figures = |p: PathBuf| -> Vec<Value> {
-        String::from_utf8(read(p))
-            .unwrap()
-            .lines()
-            .map(|l| {
-                let mut v: Value = serde_json::from_str(l).unwrap();
-                let m = v.as_object_mut().unwrap();
-                m.retain(|k, _| !k.ends_with("_per_s") && k != "train/mfu");
-                v
-            })
-            .collect()
-    };
     for (name, _) in runs {
-        let (a, p) = (d.join("alone").join(name), d.join("pack").join(name));
-        for f in [
-            "model.safetensors",
-            "optimizer.safetensors",
-            "config.toml",
-            "config.json",
-            "tokenizer.json",
-            "eval/epoch-01.jsonl",
-            "eval/epoch-02.jsonl",
-            "eval/epoch-02.summary.json",
-        ] {
-            assert!(read(a.join(f)) == read(p.join(f)), "{name}: {f} differs");
-        }
-        assert_eq!(
-            figures(a.join("metrics.jsonl")),
-            figures(p.join("metrics.jsonl"))
-        );
-        assert!(
-            p.join("DONE").exists() && !p.join("RUNNING").exists(),
-            "{name}"
-        );
+        same_as_alone(&d.join("alone").join(name), &d.join("pack").join(name));
     }
     // Runs of different shapes are refused before anything is written.
     write_config(
@@ -1132,4 +1098,149 @@ fn a_pack_writes_each_run_as_it_would_alone() {
         "{err}"
     );
     assert!(!d.join("bad").exists());
+}
+
+/// A run trained in a pack (`packed`) wrote what the same run alone (`alone`) wrote: model,
+/// optimizer, configs, tokenizer, the answers and summaries of the micro runs' evaluations, and
+/// the figures of every `metrics.jsonl` line, byte for byte; and it is DONE, its marker gone.
+fn same_as_alone(alone: &Path, packed: &Path) {
+    let read = |p: PathBuf| std::fs::read(&p).unwrap_or_else(|e| panic!("{}: {e}", p.display()));
+    // Every line's figures, without the clock's.
+    let figures = |p: PathBuf| -> Vec<Value> {
+        String::from_utf8(read(p))
+            .unwrap()
+            .lines()
+            .map(|l| {
+                let mut v: Value = serde_json::from_str(l).unwrap();
+                let m = v.as_object_mut().unwrap();
+                m.retain(|k, _| !k.ends_with("_per_s") && k != "train/mfu");
+                v
+            })
+            .collect()
+    };
+    for f in [
+        "model.safetensors",
+        "optimizer.safetensors",
+        "config.toml",
+        "config.json",
+        "tokenizer.json",
+        "eval/epoch-01.jsonl",
+        "eval/epoch-02.jsonl",
+        "eval/epoch-02.summary.json",
+    ] {
+        assert!(
+            read(alone.join(f)) == read(packed.join(f)),
+            "{}: {f} differs",
+            packed.display()
+        );
+    }
+    assert_eq!(
+        figures(alone.join("metrics.jsonl")),
+        figures(packed.join("metrics.jsonl")),
+        "{}",
+        packed.display()
+    );
+    assert!(
+        packed.join("DONE").exists() && !packed.join("RUNNING").exists(),
+        "{}",
+        packed.display()
+    );
+}
+
+/// Three micro runs with their own seeds and learning rates: (1) a pack killed with `kill -9`
+/// past a mid-epoch checkpoint resumes (`--resume`) from its runs' checkpoints, as one pack or,
+/// when the kill fell between two runs' checkpoints, one pack per step; (2) runs left at two
+/// different steps (one continued alone) resume as a pack of two and a run alone. Every run
+/// ends byte for byte as it would alone.
+#[test]
+fn a_pack_resumes_after_kill_dash_nine_and_from_different_steps() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let names = ["q1", "q2", "q3"];
+    for (name, keys) in names
+        .iter()
+        .zip(["seed = 1\n", "seed = 2\nlr = 1e-3\n", "seed = 3\n"])
+    {
+        let text = MICRO.replacen("name = \"micro\"", &format!("name = \"{name}\""), 1);
+        let text = text.replacen("lr = 3e-3\n", keys, 1);
+        write_config(d, &format!("{name}.toml"), &text);
+        train(
+            d,
+            &d.join(format!("{name}.toml")),
+            &format!("alone/{name}"),
+            &[],
+            0,
+        );
+    }
+    let pack = |out: &str, extra: &[&str]| {
+        let mut c = lab(d);
+        c.args(["train", "--device", "cpu", "--config", "q1.toml"])
+            .args([
+                "--pack-with",
+                "q2.toml",
+                "--pack-with",
+                "q3.toml",
+                "--out",
+                out,
+            ])
+            .args(extra);
+        c
+    };
+    let mut child = pack("killed", &[])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let step = |run: &Path| {
+        std::fs::read_to_string(run.join("trainer_state.json"))
+            .ok()
+            .and_then(|t| serde_json::from_str::<Value>(&t).ok())
+            .and_then(|v| v["step"].as_u64())
+            .unwrap_or(0)
+    };
+    let start = Instant::now();
+    while names.iter().any(|n| step(&d.join("killed").join(n)) < 20) {
+        assert!(
+            start.elapsed() < Duration::from_secs(120),
+            "the pack did not reach a checkpoint"
+        );
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    Command::new("kill")
+        .args(["-9", &child.id().to_string()])
+        .status()
+        .unwrap();
+    child.wait().unwrap();
+    for n in names {
+        assert!(
+            !d.join("killed").join(n).join("DONE").exists(),
+            "killed before the end"
+        );
+    }
+    run_expect(&mut pack("killed", &["--resume"]), 0);
+    for n in names {
+        same_as_alone(&d.join("alone").join(n), &d.join("killed").join(n));
+    }
+
+    run_expect(&mut pack("mixed", &["--max-steps", "12"]), 0);
+    train(
+        d,
+        &d.join("q3.toml"),
+        "mixed/q3",
+        &["--resume", "--max-steps", "20"],
+        0,
+    );
+    let out = run_expect(&mut pack("mixed", &["--resume"]), 0);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("at 2 different steps: 1 packs in turn, 1 runs alone"),
+        "{err}"
+    );
+    for n in names {
+        same_as_alone(&d.join("alone").join(n), &d.join("mixed").join(n));
+    }
+    // Without --resume a pack refuses runs that hold checkpoints, naming the directory.
+    let out = run_expect(&mut pack("mixed", &[]), 2);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("already holds a checkpoint"), "{err}");
 }

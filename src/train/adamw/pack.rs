@@ -3,6 +3,7 @@
 //! dimension, and a run whose loss failed left as it is. Each run's update is its update alone,
 //! to the bit: the same per-tensor sums in the same order, the same in-place kernel on its slice.
 
+use std::collections::HashMap;
 use std::sync::Mutex;
 
 use candle_core::backprop::GradStore;
@@ -138,6 +139,40 @@ impl PackAdamW {
         }
         Ok(out)
     }
+
+    /// Restore run r's moments from the tensors `run_state` gives (a checkpoint's
+    /// `optimizer.safetensors`), every run of the pack after `steps` updates.
+    pub fn load_run(
+        &mut self,
+        r: usize,
+        mut t: HashMap<String, Tensor>,
+        steps: u64,
+    ) -> anyhow::Result<()> {
+        let n = self.hps.len();
+        for s in &self.slots {
+            let Moments::Host(mv) = &s.moments else {
+                anyhow::bail!("{}: a pack keeps its moments on the host", s.name);
+            };
+            let mut g = mv.lock().expect("moments lock");
+            let (m, v) = &mut *g;
+            let len = m.len() / n;
+            for (k, dst) in [("exp_avg", m), ("exp_avg_sq", v)] {
+                let key = format!("{k}.{}", s.name);
+                let v = t
+                    .remove(&key)
+                    .ok_or_else(|| anyhow::anyhow!("missing {key}"))?
+                    .to_dtype(DType::F32)?
+                    .flatten_all()?
+                    .to_vec1::<f32>()?;
+                if v.len() != len {
+                    anyhow::bail!("moments of {} have the wrong size", s.name);
+                }
+                dst[r * len..][..len].copy_from_slice(&v);
+            }
+        }
+        self.steps = steps;
+        Ok(())
+    }
 }
 
 #[cfg(test)]
@@ -235,5 +270,26 @@ mod tests {
         }
         // The failed run 1 took two steps, not three: its parameters differ from a third step's.
         assert_eq!(ao[1].steps, 2);
+        // A pack resumed from the runs' own moments holds each run's, and refuses a wrong size.
+        let mut resumed = PackAdamW::new(&pack, hps.clone()).unwrap();
+        for r in (0..3).rev() {
+            let own = ao[r].state_tensors().unwrap().into_iter().collect();
+            resumed.load_run(r, own, 3).unwrap();
+        }
+        assert_eq!(resumed.steps, 3);
+        for r in 0..3 {
+            let (a, b) = (resumed.run_state(r).unwrap(), po.run_state(r).unwrap());
+            for ((n1, a), (n2, b)) in a.iter().zip(&b) {
+                assert_eq!((n1, bits(a)), (n2, bits(b)), "run {r}'s resumed moments");
+            }
+        }
+        let mut short: HashMap<String, Tensor> =
+            ao[0].state_tensors().unwrap().into_iter().collect();
+        short.insert(
+            "exp_avg.w".into(),
+            Tensor::zeros(4, DType::F32, &Device::Cpu).unwrap(),
+        );
+        let err = resumed.load_run(0, short, 3).unwrap_err().to_string();
+        assert!(err.contains("wrong size"), "{err}");
     }
 }
