@@ -203,6 +203,9 @@ pub enum SweepCommand {
         /// Override a value of every run, after the spec's [set] (repeatable).
         #[arg(long = "set", value_name = "KEY=VALUE")]
         set: Vec<String>,
+        /// Show the packs of at most N runs that `lab sweep run --pack N` would train.
+        #[arg(long, value_parser = clap::value_parser!(u32).range(1..=1024))]
+        pack: Option<u32>,
     },
     /// Run every run that is not DONE; partial runs resume.
     Run {
@@ -231,10 +234,16 @@ pub enum SweepCommand {
         /// Slurm: tasks running at once (%N of --array).
         #[arg(long)]
         array_parallelism: Option<usize>,
-        /// Slurm: runs each array task trains side by side (N processes sharing the task's
-        /// resources, one GPU with --gres gpu:1), for small models that cannot fill a GPU alone.
+        /// Slurm: runs (or packs, with --pack) each array task trains side by side (N processes
+        /// sharing the task's resources, one GPU with --gres gpu:1), for small models that
+        /// cannot fill a GPU alone.
         #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=64))]
         runs_per_task: u32,
+        /// Train runs that may share a pack (same shape, data, batch and steps) as packs of at
+        /// most N: one process, one model with a leading run dimension, each run's files as
+        /// alone (CPU, fp32). Runs that cannot pack train alone.
+        #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=1024))]
+        pack: u32,
         /// Slurm: the account to charge.
         #[arg(long)]
         account: Option<String>,
@@ -771,10 +780,19 @@ fn rescore(results: &Path) -> Result<Exit> {
 fn run_sweep(cmd: SweepCommand) -> Result<Exit> {
     use crate::sweep::{self, Sweep};
     match cmd {
-        SweepCommand::Plan { spec, set } => {
+        SweepCommand::Plan { spec, set, pack } => {
             let s = Sweep::load(&spec, &overrides(&set)?)?;
             let plan = s.plan()?;
             print!("{}", sweep::plan_table(&plan));
+            if let Some(n) = pack {
+                let rows: Vec<&sweep::PlanRow> = plan.iter().collect();
+                let units = sweep::units_table(&s.units(&rows, n as usize)?);
+                crate::fsutil::write_atomic(
+                    &s.dir.join("plan.txt"),
+                    (sweep::plan_table(&plan) + &units).as_bytes(),
+                )?;
+                print!("{units}");
+            }
             for c in &s.spec.choices {
                 println!("selected {}", c.line());
             }
@@ -795,6 +813,7 @@ fn run_sweep(cmd: SweepCommand) -> Result<Exit> {
             time,
             array_parallelism,
             runs_per_task,
+            pack,
             account,
             sbatch_arg,
             signal_secs,
@@ -810,6 +829,7 @@ fn run_sweep(cmd: SweepCommand) -> Result<Exit> {
                 time,
                 array_parallelism,
                 runs_per_task: runs_per_task as usize,
+                pack: pack as usize,
                 account,
                 sbatch_args: sbatch_arg,
                 signal_secs,
@@ -823,9 +843,15 @@ fn run_sweep(cmd: SweepCommand) -> Result<Exit> {
             if backend == Backend::Slurm {
                 o.validate()?;
             }
+            if pack > 1 && !matches!(o.device.as_str(), "cpu" | "auto") {
+                anyhow::bail!(
+                    "--pack: a pack trains on the CPU for now, not --device {}",
+                    o.device
+                );
+            }
             let plan = s.plan()?;
             if backend == Backend::Local {
-                let todo = s.pending(&plan);
+                let todo = s.units(&s.pending(&plan), o.pack)?;
                 let t = sweep::local::run(&todo, jobs, threads, &o.device, &|row| s.export(row))?;
                 println!(
                     "{}: {} runs done in this call, {} failed, {} interrupted; `lab sweep status {}` for all",

@@ -85,6 +85,37 @@ impl Sweep {
         todo.into_iter().map(|t| t.1).collect()
     }
 
+    /// The runs of `todo` as units of training (SPEC §8 Revision, packs): with `pack` N > 1,
+    /// runs that may share a pack (`train::pack::key`) in packs of at most N, in the order of
+    /// their first run, a run that cannot pack alone; otherwise each run alone.
+    pub fn units<'a>(&self, todo: &[&'a PlanRow], pack: usize) -> Result<Vec<Vec<&'a PlanRow>>> {
+        if pack <= 1 {
+            return Ok(todo.iter().map(|&r| vec![r]).collect());
+        }
+        let mut groups: Vec<(String, Vec<&PlanRow>)> = Vec::new();
+        for &r in todo {
+            let cfg = &self
+                .spec
+                .runs
+                .iter()
+                .find(|p| p.name == r.run)
+                .with_context(|| format!("{}: not a run of the spec", r.run))?
+                .config;
+            let key = match crate::train::pack::alone_reason(cfg) {
+                Some(_) => format!("alone {}", r.run),
+                None => crate::train::pack::key(cfg)?,
+            };
+            match groups.iter_mut().find(|g| g.0 == key) {
+                Some(g) => g.1.push(r),
+                None => groups.push((key, vec![r])),
+            }
+        }
+        Ok(groups
+            .iter()
+            .flat_map(|(_, rows)| rows.chunks(pack).map(<[&PlanRow]>::to_vec))
+            .collect())
+    }
+
     /// The spec's selections as JSON (`[[select]]`): what was chosen, from what, and why.
     fn selection_json(&self) -> Result<Vec<u8>> {
         Ok((serde_json::to_string_pretty(&self.spec.choices)? + "\n").into_bytes())
@@ -291,6 +322,30 @@ pub fn plan_table(rows: &[PlanRow]) -> String {
             r.est_flops_with_head
         );
     }
+    out
+}
+
+/// The units of training as lines: each pack with its runs, and the counts.
+pub fn units_table(units: &[Vec<&PlanRow>]) -> String {
+    let mut out = String::new();
+    let packs: Vec<&Vec<&PlanRow>> = units.iter().filter(|u| u.len() > 1).collect();
+    for (i, u) in packs.iter().enumerate() {
+        let names: Vec<&str> = u.iter().map(|r| r.run.as_str()).collect();
+        let _ = writeln!(
+            out,
+            "pack {} ({} runs): {}",
+            i + 1,
+            u.len(),
+            names.join(" ")
+        );
+    }
+    let runs: usize = units.iter().map(Vec::len).sum();
+    let _ = writeln!(
+        out,
+        "{runs} runs in {} packs and {} runs alone",
+        packs.len(),
+        units.len() - packs.len()
+    );
     out
 }
 

@@ -21,8 +21,10 @@ pub struct Options {
     pub array_parallelism: Option<usize>,
     pub account: Option<String>,
     pub sbatch_args: Vec<String>,
-    /// Runs each array task trains side by side (at least 1).
+    /// Units (runs alone or packs) each array task trains side by side (at least 1).
     pub runs_per_task: usize,
+    /// Runs a pack holds at most (SPEC §8 Revision, packs); 1: every run alone.
+    pub pack: usize,
     /// Seconds before the time limit at which Slurm sends USR1.
     pub signal_secs: u32,
     pub device: String,
@@ -105,7 +107,8 @@ impl Options {
 pub struct Submitted {
     pub dir: PathBuf,
     pub script: PathBuf,
-    /// Runs submitted, and the array tasks they fill (`runs_per_task` each, the last fewer).
+    /// Runs submitted, and the array tasks they fill (`runs_per_task` units each, the last
+    /// fewer).
     pub tasks: usize,
     pub array_tasks: usize,
     pub array_job: String,
@@ -133,8 +136,8 @@ fn abs(p: &Path) -> Result<PathBuf> {
     Ok(std::path::absolute(p)?)
 }
 
-/// The sbatch script of one submission: `n` runs (lines of `tasks_file`), `o.runs_per_task` to
-/// an array task.
+/// The sbatch script of one submission: `n` units (lines of `tasks_file`: a run alone, or a
+/// pack's runs separated by spaces), `o.runs_per_task` to an array task.
 pub fn script(
     sweep: &Sweep,
     tasks_file: &Path,
@@ -150,7 +153,7 @@ pub fn script(
     let _ = writeln!(s, "#!/bin/bash");
     let _ = writeln!(
         s,
-        "# lab sweep {}: {per} training run(s) side by side per array task, written by",
+        "# lab sweep {}: {per} training unit(s) (a run, or a pack of runs) side by side per array task, written by",
         sweep.spec.name
     );
     let _ = writeln!(
@@ -190,9 +193,11 @@ pub fn script(
 set -uo pipefail
 cd {cwd}
 lab={lab}
-# This task's runs: lines {per}*ID+1 .. {per}*ID+{per} of the task list.
+# This task's units: lines {per}*ID+1 .. {per}*ID+{per} of the task list, each a run alone or
+# the runs of one pack, separated by spaces.
 first=$((SLURM_ARRAY_TASK_ID * {per} + 1))
-mapfile -t runs < <(sed -n "${{first}},$((first + {per} - 1))p" {tasks})
+mapfile -t units < <(sed -n "${{first}},$((first + {per} - 1))p" {tasks})
+read -ra runs <<< "${{units[*]}}"
 for run in "${{runs[@]}}"; do mkdir -p {sweep_dir}/runs/"$run"; done
 # The setup lines (--setup, [slurm] setup), in order, in this shell: a failing one fails the
 # task, with its message here and in each of its runs' FAILED markers.
@@ -222,20 +227,41 @@ requeue() {{
 }}
 trap requeue USR1
 
-# Each run that is not DONE starts (or resumes from its checkpoint) in the background.
+# Each unit's runs that are not DONE start (or resume from their checkpoints) in the
+# background: one run as `lab train`, several as one pack.
 started=()
-for run in "${{runs[@]}}"; do
-  dir={sweep_dir}/runs/$run
-  if [ -e "$dir/DONE" ]; then
-    echo "run $run: DONE, skipped"
-    continue
+for unit in "${{units[@]}}"; do
+  read -ra members <<< "$unit"
+  todo=()
+  for run in "${{members[@]}}"; do
+    if [ -e {sweep_dir}/runs/"$run"/DONE ]; then
+      echo "run $run: DONE, skipped"
+    else
+      todo+=("$run")
+    fi
+  done
+  [ "${{#todo[@]}}" -gt 0 ] || continue
+  if [ "${{#todo[@]}}" -eq 1 ]; then
+    run=${{todo[0]}}
+    dir={sweep_dir}/runs/$run
+    resume=""
+    [ -e "$dir/latest" ] && resume=--resume
+    echo "run $run: starting $resume"
+    "$lab" train --config {sweep_dir}/configs/"$run".toml --out "$dir" $resume --device {device} >> "$dir/train.log" 2>&1 &
+  else
+    # A pack: one trainer for its runs, each from its checkpoint where it has one.
+    args=(--config {sweep_dir}/configs/"${{todo[0]}}".toml)
+    for run in "${{todo[@]:1}}"; do args+=(--pack-with {sweep_dir}/configs/"$run".toml); done
+    mkdir -p {sweep_dir}/packs
+    log={sweep_dir}/packs/"${{todo[0]}}".log
+    for run in "${{todo[@]}}"; do
+      echo "trained in a pack of ${{#todo[@]}} runs (${{todo[*]}}); its log: $log" >> {sweep_dir}/runs/"$run"/train.log
+    done
+    echo "pack ${{todo[*]}}: starting"
+    "$lab" train "${{args[@]}}" --out {sweep_dir}/runs --resume --device {device} >> "$log" 2>&1 &
   fi
-  resume=""
-  [ -e "$dir/latest" ] && resume=--resume
-  echo "run $run: starting $resume"
-  "$lab" train --config {sweep_dir}/configs/"$run".toml --out "$dir" $resume --device {device} >> "$dir/train.log" 2>&1 &
   pids+=($!)
-  started+=("$run")
+  started+=("${{todo[*]}}")
 done
 # 0: done or stopped at --max-steps; {interrupted}: stopped by a signal after its checkpoint.
 # The task exits with the first failure's code, else {interrupted} if any run was interrupted.
@@ -243,10 +269,12 @@ status=0
 for i in "${{!pids[@]}}"; do
   wait "${{pids[$i]}}"
   rc=$?
-  dir={sweep_dir}/runs/${{started[$i]}}
   echo "run ${{started[$i]}}: exit $rc"
   if [ "$rc" -ne 0 ] && [ "$rc" -ne {interrupted} ]; then
-    [ -e "$dir/FAILED" ] || printf '{{"error":"","exit":%d}}\n' "$rc" > "$dir/FAILED"
+    for run in ${{started[$i]}}; do
+      dir={sweep_dir}/runs/$run
+      [ -e "$dir/DONE" ] || [ -e "$dir/FAILED" ] || printf '{{"error":"","exit":%d}}\n' "$rc" > "$dir/FAILED"
+    done
     [ "$status" -eq 0 ] || [ "$status" -eq {interrupted} ] && status=$rc
   elif [ "$rc" -eq {interrupted} ] && [ "$status" -eq 0 ]; then
     status=$rc
@@ -310,13 +338,20 @@ pub fn submit(sweep: &Sweep, plan: &[PlanRow], o: &Options) -> Result<Option<Sub
     std::fs::create_dir_all(&logs)
         .with_context(|| format!("{}: cannot create directory", logs.display()))?;
     let tasks = dir.join("tasks.txt");
-    let list: String = pending.iter().map(|r| format!("{}\n", r.run)).collect();
+    let units = sweep.units(&pending, o.pack)?;
+    let list: String = units
+        .iter()
+        .map(|u| {
+            let names: Vec<&str> = u.iter().map(|r| r.run.as_str()).collect();
+            names.join(" ") + "\n"
+        })
+        .collect();
     write_atomic(&tasks, list.as_bytes())?;
-    let array_tasks = pending.len().div_ceil(o.runs_per_task.max(1));
+    let array_tasks = units.len().div_ceil(o.runs_per_task.max(1));
     let path = dir.join("train.sbatch");
     write_atomic(
         &path,
-        script(sweep, &tasks, pending.len(), o, &logs)?.as_bytes(),
+        script(sweep, &tasks, units.len(), o, &logs)?.as_bytes(),
     )?;
     if o.dry_run {
         return Ok(Some(Submitted {

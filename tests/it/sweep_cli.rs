@@ -342,6 +342,112 @@ fn smoke_sweep_on_slurm_with_preemption_matches_local() {
     assert_eq!(depths.len(), 2, "both depths in the heatmap");
 }
 
+/// `lab sweep plan --pack 2` shows the smoke sweep's packs (one per depth, its two seeds);
+/// `lab sweep run --pack 2` trains them, locally and (where Slurm is allowed) as one array task
+/// running both packs side by side (`--runs-per-task 2`), and gives the unpacked local sweep's
+/// `results.csv`, row for row, and its models, byte for byte.
+#[test]
+fn a_packed_sweep_gives_the_unpacked_results() {
+    let reference = workspace();
+    let sweep = |ws: &Path, extra: &[&str]| {
+        run_expect(
+            lab(ws)
+                .args(["sweep", "run", "sweeps/smoke.toml"])
+                .args(extra),
+            0,
+        );
+        run_expect(lab(ws).args(["sweep", "collect", "sweeps/smoke.toml"]), 0);
+    };
+    sweep(reference.path(), &["--backend", "local"]);
+    let same = |ws: &Path, how: &str| {
+        let csv =
+            |w: &Path| std::fs::read_to_string(w.join("checkpoints/smoke/results.csv")).unwrap();
+        assert_eq!(csv(ws), csv(reference.path()), "{how}: results.csv");
+        for run in std::fs::read_dir(runs_dir(reference.path())).unwrap() {
+            let name = run.unwrap().file_name();
+            let model = |w: &Path| {
+                std::fs::read(runs_dir(w).join(&name).join("model.safetensors")).unwrap()
+            };
+            assert!(
+                model(ws) == model(reference.path()),
+                "{how}: {name:?}'s model"
+            );
+            let log = std::fs::read_to_string(runs_dir(ws).join(&name).join("train.log")).unwrap();
+            assert!(log.contains("trained in a pack of 2 runs"), "{how}: {log}");
+        }
+    };
+
+    let ws = workspace();
+    let plan = run_expect(
+        lab(ws.path()).args(["sweep", "plan", "sweeps/smoke.toml", "--pack", "2"]),
+        0,
+    );
+    let plan = String::from_utf8_lossy(&plan.stdout);
+    assert!(
+        plan.contains("pack 1 (2 runs): smoke-L1")
+            && plan.contains("pack 2 (2 runs): smoke-L2")
+            && plan.contains("4 runs in 2 packs and 0 runs alone"),
+        "{plan}"
+    );
+    let txt = std::fs::read_to_string(ws.path().join("checkpoints/smoke/plan.txt")).unwrap();
+    assert!(txt.contains("pack 2 (2 runs)"), "{txt}");
+    sweep(ws.path(), &["--backend", "local", "--pack", "2"]);
+    same(ws.path(), "local");
+    let status = run_expect(
+        lab(ws.path()).args(["sweep", "status", "sweeps/smoke.toml"]),
+        0,
+    );
+    assert!(String::from_utf8_lossy(&status.stdout).contains("smoke: 4 done"));
+    // A pack on a GPU is refused before anything is written.
+    let out = run_expect(
+        lab(ws.path()).args([
+            "sweep",
+            "run",
+            "sweeps/smoke.toml",
+            "--backend",
+            "local",
+            "--pack",
+            "2",
+            "--device",
+            "cuda",
+        ]),
+        2,
+    );
+    assert!(String::from_utf8_lossy(&out.stderr).contains("--pack: a pack trains on the CPU"));
+
+    if !slurm_allowed() {
+        return;
+    }
+    slurm_up();
+    let ws = workspace();
+    let out = run_expect(
+        lab(ws.path()).args([
+            "sweep",
+            "run",
+            "sweeps/smoke.toml",
+            "--backend",
+            "slurm",
+            "--pack",
+            "2",
+            "--runs-per-task",
+            "2",
+        ]),
+        0,
+    );
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        text.contains("submitted 4 runs as job array") && text.contains("of 1 tasks"),
+        "{text}"
+    );
+    let tasks =
+        std::fs::read_to_string(ws.path().join("checkpoints/smoke/slurm/001/tasks.txt")).unwrap();
+    assert_eq!(tasks.lines().count(), 2, "one line a pack: {tasks}");
+    let (array, collect) = job_ids(&text);
+    wait_gone(&array, 600);
+    wait_gone(&collect, 120);
+    same(ws.path(), "Slurm");
+}
+
 fn spec(ws: &Path, text: &str) -> PathBuf {
     let p = ws.join("sweeps/bad.toml");
     std::fs::write(&p, text).unwrap();
