@@ -108,15 +108,12 @@ pub fn train_pack(opts: PackOptions) -> Result<Vec<Outcome>> {
         if step.is_some() && group.len() > 1 {
             let mine: Vec<&Config> = group.iter().map(|&i| cfgs[i]).collect();
             let dirs: Vec<PathBuf> = group.iter().map(|&i| opts.outs[i].clone()).collect();
-            let done = pack_in(
-                &opts,
-                &mine,
-                &dirs,
-                step != Some(0),
-                &data_dir,
-                &data,
-                &cache,
-            )?;
+            let world = World {
+                dir: &data_dir,
+                data: &data,
+                cache: &cache,
+            };
+            let done = pack_in(opts.max_steps, &mine, &dirs, step != Some(0), &world)?;
             out.extend(group.iter().copied().zip(done));
         } else {
             for &i in &group {
@@ -141,20 +138,25 @@ pub fn train_pack(opts: PackOptions) -> Result<Vec<Outcome>> {
     Ok(out.into_iter().map(|(_, o)| o).collect())
 }
 
+/// The world a pack's runs share: its data directory, opened, and its token cache.
+struct World<'a> {
+    dir: &'a Path,
+    data: &'a DataDir,
+    cache: &'a tokens::TokenCache,
+}
+
 /// One pack of runs at one step (fresh, or each from its checkpoint), holding their markers.
 fn pack_in(
-    opts: &PackOptions,
+    max_steps: Option<u64>,
     cfgs: &[&Config],
     dirs: &[PathBuf],
     resume: bool,
-    data_dir: &Path,
-    data: &DataDir,
-    cache: &tokens::TokenCache,
+    world: &World,
 ) -> Result<Vec<Outcome>> {
     for dir in dirs {
         markers::acquire(dir, false)?;
     }
-    let result = train_in(opts.max_steps, cfgs, dirs, resume, data_dir, data, cache);
+    let result = train_in(max_steps, cfgs, dirs, resume, world);
     for dir in dirs {
         match &result {
             // A run stopped in the pack keeps its FAILED marker.
@@ -180,10 +182,13 @@ fn train_in(
     cfgs: &[&Config],
     dirs: &[PathBuf],
     resume: bool,
-    data_dir: &Path,
-    data: &DataDir,
-    cache: &tokens::TokenCache,
+    world: &World,
 ) -> Result<Vec<Outcome>> {
+    let World {
+        dir: data_dir,
+        data,
+        cache,
+    } = *world;
     let gcfg = GptConfig::new(cfgs[0], data.vocab().n_tokens());
     let vocab = data.vocab();
     let b = cfgs[0].train.batch_size as usize;

@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
-use crate::util::{lab, metrics, root, run_expect, slurm_allowed};
+use crate::util::{checkpoint_step, lab, metrics, root, run_expect, slurm_allowed};
 
 /// A directory holding copies of configs/ and sweeps/, as a researcher's checkout would.
 fn workspace() -> tempfile::TempDir {
@@ -156,12 +156,7 @@ fn smoke_sweep_on_slurm_with_preemption_matches_local() {
     let start = Instant::now();
     for victim in &victims {
         loop {
-            let step = std::fs::read_to_string(victim.join("trainer_state.json"))
-                .ok()
-                .and_then(|t| serde_json::from_str::<Value>(&t).ok())
-                .and_then(|v| v["step"].as_u64())
-                .unwrap_or(0);
-            if step >= 20 {
+            if checkpoint_step(victim) >= 20 {
                 break;
             }
             assert!(

@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
-use crate::util::{lab, metrics, python, root, run_expect, write_config};
+use crate::util::{checkpoint_step, lab, metrics, python, root, run_expect, write_config};
 
 /// A micro world and model: a few thousand examples, two layers of width 32.
 pub const MICRO: &str = r#"name = "micro"
@@ -1191,15 +1191,11 @@ fn a_pack_resumes_after_kill_dash_nine_and_from_different_steps() {
         .stderr(std::process::Stdio::null())
         .spawn()
         .unwrap();
-    let step = |run: &Path| {
-        std::fs::read_to_string(run.join("trainer_state.json"))
-            .ok()
-            .and_then(|t| serde_json::from_str::<Value>(&t).ok())
-            .and_then(|v| v["step"].as_u64())
-            .unwrap_or(0)
-    };
     let start = Instant::now();
-    while names.iter().any(|n| step(&d.join("killed").join(n)) < 20) {
+    while names
+        .iter()
+        .any(|n| checkpoint_step(&d.join("killed").join(n)) < 20)
+    {
         assert!(
             start.elapsed() < Duration::from_secs(120),
             "the pack did not reach a checkpoint"

@@ -174,3 +174,12 @@ pub fn slurm_allowed() -> bool {
         Err(_) => true,
     }
 }
+
+/// The step of a run directory's latest checkpoint (`trainer_state.json`), 0 without one.
+pub fn checkpoint_step(run: &Path) -> u64 {
+    std::fs::read_to_string(run.join("trainer_state.json"))
+        .ok()
+        .and_then(|t| serde_json::from_str::<serde_json::Value>(&t).ok())
+        .and_then(|v| v["step"].as_u64())
+        .unwrap_or(0)
+}
