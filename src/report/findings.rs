@@ -8,7 +8,7 @@ use serde::Serialize;
 use serde_json::{Value, json};
 
 use crate::report::Row;
-use crate::report::stats::{MeanCi, around, at_log_x, bootstrap_best, slope_ci, spearman};
+use crate::report::stats::{MeanCi, around, at_log_x, bootstrap_best, slope_ci, spearman, welch};
 use crate::tags;
 
 /// Bootstrap resamples per test.
@@ -153,16 +153,58 @@ fn key_value(bits: u64) -> f64 {
     f64::from_bits(bits)
 }
 
-fn overall(vs: &[Verdict]) -> Verdict {
-    all_of(
-        vs,
+/// Whether a group's label is one of the paper's parameter buckets (1M, 10M, 100M) or another
+/// group that votes (a sweep's own label), rather than a bucket below the paper's (100k).
+pub fn votes(bucket: &str) -> bool {
+    bucket
+        .strip_suffix('k')
+        .is_none_or(|n| n.parse::<f64>().is_err())
+}
+
+/// A verdict's word, as `findings.json` writes it.
+pub fn verdict_word(v: Verdict) -> &'static str {
+    match v {
+        Verdict::Reproduced => "reproduced",
+        Verdict::NotReproduced => "not_reproduced",
+        Verdict::Inconclusive => "inconclusive",
+        Verdict::NotTested => "not_tested",
+    }
+}
+
+/// A claim's verdict from its cells (group label, verdict): from the paper's buckets only
+/// ([`votes`]); the cells of smaller buckets are said beside it, not voted, in the returned
+/// sentence (empty without them).
+fn overall(cells: &[(&str, Verdict)]) -> (Verdict, String) {
+    let voting: Vec<Verdict> = cells.iter().filter(|c| votes(c.0)).map(|c| c.1).collect();
+    let v = all_of(
+        &voting,
         [
             Verdict::Reproduced,
             Verdict::NotReproduced,
             Verdict::Inconclusive,
             Verdict::NotTested,
         ],
-    )
+    );
+    let mut beside: BTreeMap<&str, Vec<Verdict>> = BTreeMap::new();
+    for (b, v) in cells.iter().filter(|c| !votes(c.0)) {
+        beside.entry(b).or_default().push(*v);
+    }
+    let words: Vec<String> = beside
+        .iter()
+        .map(|(b, vs)| {
+            let words: Vec<&str> = vs.iter().map(|v| verdict_word(*v)).collect();
+            format!("{b} {}", words.join("/"))
+        })
+        .collect();
+    let sentence = if words.is_empty() {
+        String::new()
+    } else {
+        format!(
+            ". The verdict is the paper's buckets' (1M, 10M, 100M); beside it, not voted: {}",
+            words.join(", ")
+        )
+    };
+    (v, sentence)
 }
 
 /// Several cells' verdicts as one, given as [yes, no, unsure, untested]: yes only if every
@@ -210,7 +252,7 @@ fn compute(depth: &[Group]) -> Finding {
                 .unzip();
             let m = MeanCi::of(&gains);
             let rho = spearman(&fx, &cy);
-            verdicts.push(if m.n < 2 {
+            let v = if m.n < 2 {
                 Verdict::Inconclusive
             } else if m.above_zero() {
                 Verdict::Reproduced
@@ -218,14 +260,15 @@ fn compute(depth: &[Group]) -> Finding {
                 Verdict::NotReproduced
             } else {
                 Verdict::Inconclusive
-            });
+            };
+            verdicts.push((b.as_str(), v));
             numbers.push(json!({"bucket": b, "n_layer": l, "gain_last_minus_first": ci_json(&m), "spearman_flops_c": rho}));
         }
     }
-    let v = overall(&verdicts);
+    let (v, beside) = overall(&verdicts);
     let rising = verdicts
         .iter()
-        .filter(|v| **v == Verdict::Reproduced)
+        .filter(|v| v.1 == Verdict::Reproduced)
         .count();
     Finding {
         claim: 1,
@@ -237,7 +280,7 @@ fn compute(depth: &[Group]) -> Finding {
                where it lies below. The claim holds if it holds at every depth. Spearman's ρ \
                between log FLOPs and C over all evaluations is given beside it.",
         statistic: format!(
-            "{rising} of {} (bucket, depth) cells rise with a 95% interval above 0",
+            "{rising} of {} (bucket, depth) cells rise with a 95% interval above 0{beside}",
             verdicts.len()
         ),
         numbers: Value::Array(numbers),
@@ -245,36 +288,91 @@ fn compute(depth: &[Group]) -> Finding {
 }
 
 /// Claims 2 and 3: an interior optimum of `key` at a common compute, by bootstrap over seeds.
-fn best_setting(
-    rows: &[&Row],
-    key: &str,
-    axis: &str,
-    seed: u64,
-) -> (f64, Vec<(f64, MeanCi)>, Vec<f64>) {
+fn best_setting(rows: &[&Row], key: &str, axis: &str, seed: u64) -> (f64, Settings) {
     let (common, by) = at_common_compute(rows, key, axis);
-    let (means, p) = bootstrap_settings(by, seed);
-    (common, means, p)
+    (common, bootstrap_settings(by, seed))
+}
+
+/// The settings of an optimum test: each setting with its mean C and interval, the bootstrap
+/// share of resamples in which it is best, and its runs' C values.
+struct Settings {
+    means: Vec<(f64, MeanCi)>,
+    p: Vec<f64>,
+    values: Vec<Vec<f64>>,
 }
 
 /// Each setting's mean C with its interval, and the bootstrap share of resamples in which it
 /// is best, from the C values of its runs (keyed by the setting's bits).
-fn bootstrap_settings(by: BTreeMap<u64, Vec<f64>>, seed: u64) -> (Vec<(f64, MeanCi)>, Vec<f64>) {
+fn bootstrap_settings(by: BTreeMap<u64, Vec<f64>>, seed: u64) -> Settings {
     let keys: Vec<f64> = by.keys().map(|k| key_value(*k)).collect();
-    let groups: Vec<Vec<f64>> = by.into_values().collect();
-    let p = bootstrap_best(&groups, BOOT, seed);
+    let values: Vec<Vec<f64>> = by.into_values().collect();
+    let p = bootstrap_best(&values, BOOT, seed);
     let means = keys
         .iter()
-        .zip(&groups)
+        .zip(&values)
         .map(|(k, g)| (*k, MeanCi::of(g)))
         .collect();
-    (means, p)
+    Settings { means, p, values }
+}
+
+/// The contrast an optimum verdict also needs (SPEC §9 Revision, statistics): the claimed
+/// settings' best mean minus the others' best, a Welch interval over their runs with its
+/// degrees of freedom and the two settings; None when every setting is on one side.
+fn contrast(
+    s: &Settings,
+    good: &impl Fn(usize, usize, f64) -> bool,
+) -> Option<(MeanCi, f64, f64, f64)> {
+    let n = s.means.len();
+    let best_of = |claimed: bool| {
+        (0..n)
+            .filter(|&i| good(i, n, s.means[i].0) == claimed)
+            .max_by(|&a, &b| s.means[a].1.mean.total_cmp(&s.means[b].1.mean))
+    };
+    let (g, o) = (best_of(true)?, best_of(false)?);
+    let (d, df) = welch(&s.values[g], &s.values[o]);
+    Some((d, df, s.means[g].0, s.means[o].0))
+}
+
+/// A bootstrap share and its contrast as one verdict: reproduced when at least `SURE` of the
+/// resamples put the best at a claimed setting and the contrast's interval lies above 0, not
+/// reproduced when at most 1 − `SURE` do and it lies below 0, inconclusive otherwise (an
+/// interval that holds 0 whatever the share, or fewer than two runs a setting). Without a
+/// contrast (every setting on one side) the share decides alone.
+fn share_verdict(share: f64, min_n: usize, c: Option<&(MeanCi, f64, f64, f64)>) -> Verdict {
+    let (above, below) = c.map_or((true, true), |c| (c.0.above_zero(), c.0.below_zero()));
+    if min_n < 2 {
+        Verdict::Inconclusive
+    } else if share >= SURE && above {
+        Verdict::Reproduced
+    } else if share <= 1.0 - SURE && below {
+        Verdict::NotReproduced
+    } else {
+        Verdict::Inconclusive
+    }
+}
+
+/// A contrast as JSON: the difference, its interval, degrees of freedom and the two settings.
+fn contrast_json(key: &str, c: Option<&(MeanCi, f64, f64, f64)>) -> Value {
+    c.map_or(Value::Null, |(d, df, g, o)| {
+        json!({"claimed": {key: g}, "other": {key: o}, "difference": ci_json(d), "df": df})
+    })
+}
+
+/// A contrast as words: `best claimed − best other = d [lo, hi] (Welch, df n)`.
+fn contrast_line(setting: &str, c: Option<&(MeanCi, f64, f64, f64)>) -> String {
+    c.map_or(String::new(), |(d, df, g, o)| {
+        format!(
+            ", C({setting} = {g}) − C({setting} = {o}) = {:.3} [{:.3}, {:.3}] (Welch, df {df:.1})",
+            d.mean, d.lo, d.hi
+        )
+    })
 }
 
 /// The resamples' share whose best setting is `good`, and the setting with the best mean.
 fn share_and_best(
     means: &[(f64, MeanCi)],
     p: &[f64],
-    good: impl Fn(usize, usize, f64) -> bool,
+    good: &impl Fn(usize, usize, f64) -> bool,
 ) -> (f64, f64) {
     let share = means
         .iter()
@@ -305,14 +403,19 @@ fn at_last_evaluation(
             by.entry(k.to_bits()).or_default().push(c);
         }
     }
-    let (means, p) = bootstrap_settings(by, seed);
-    let (share, best) = share_and_best(&means, &p, good);
+    let s = bootstrap_settings(by, seed);
+    let (share, best) = share_and_best(&s.means, &s.p, &good);
+    let c = contrast(&s, &good);
     (
-        format!("best L = {best}, P(interior) = {share:.3}"),
+        format!(
+            "best L = {best}, P(interior) = {share:.3}{}",
+            contrast_line("L", c.as_ref())
+        ),
         json!({
-            "c_by_setting": c_by_setting(key, &means),
-            "p_best": p_best(key, &means, &p),
+            "c_by_setting": c_by_setting(key, &s.means),
+            "p_best": p_best(key, &s.means, &s.p),
             "p_claimed": share,
+            "contrast": contrast_json(key, c.as_ref()),
         }),
     )
 }
@@ -341,6 +444,8 @@ struct Optimum {
     verdict: Verdict,
     best: f64,
     share: f64,
+    /// The contrast as words (empty without one).
+    contrast: String,
     numbers: Value,
 }
 
@@ -364,8 +469,8 @@ impl Optimum {
             "too few settings reach a common compute".into()
         } else {
             format!(
-                "best {setting} = {}, {share} = {:.3}",
-                self.best, self.share
+                "best {setting} = {}, {share} = {:.3}{}",
+                self.best, self.share, self.contrast
             )
         }
     }
@@ -383,7 +488,8 @@ fn optimum(
     need_all: bool,
     good: impl Fn(usize, usize, f64) -> bool,
 ) -> Option<Optimum> {
-    let (common, means, p) = best_setting(rows, key, axis, seed);
+    let (common, s) = best_setting(rows, key, axis, seed);
+    let means = &s.means;
     let mut all: Vec<f64> = rows.iter().filter_map(|r| r.num(key)).collect();
     all.sort_by(f64::total_cmp);
     all.dedup();
@@ -404,37 +510,42 @@ fn optimum(
                 "compute_axis": axis,
                 "common_compute": common,
                 "settings_at_common_compute": means.len(),
-                "c_by_setting": c_by_setting(key, &means),
+                "c_by_setting": c_by_setting(key, means),
                 "left_out": left_out,
             }),
+            contrast: String::new(),
         });
     }
-    let (share, best) = share_and_best(&means, &p, good);
+    let (share, best) = share_and_best(means, &s.p, &good);
     let min_n = means.iter().map(|m| m.1.n).min().unwrap_or(0);
-    let verdict = if min_n < 2 {
-        Verdict::Inconclusive
-    } else if share >= SURE {
-        Verdict::Reproduced
-    } else if share <= 1.0 - SURE {
-        Verdict::NotReproduced
-    } else {
-        Verdict::Inconclusive
-    };
+    let c = contrast(&s, &good);
+    let verdict = share_verdict(share, min_n, c.as_ref());
     let numbers = json!({
         "group": group,
         "compute_axis": axis,
         "common_compute": common,
-        "c_by_setting": c_by_setting(key, &means),
-        "p_best": p_best(key, &means, &p),
+        "c_by_setting": c_by_setting(key, means),
+        "p_best": p_best(key, means, &s.p),
         "p_claimed": share,
+        "contrast": contrast_json(key, c.as_ref()),
         "left_out": left_out,
     });
     Some(Optimum {
         verdict,
         best,
         share,
+        contrast: contrast_line(key_word(key), c.as_ref()),
         numbers,
     })
+}
+
+/// A setting's name in words: L for depth, E/L for shape.
+fn key_word(key: &str) -> &str {
+    match key {
+        "n_layer" => "L",
+        "e_over_l" => "E/L",
+        k => k,
+    }
 }
 
 fn depth_claim(depth: &[Group]) -> Finding {
@@ -454,26 +565,31 @@ fn depth_claim(depth: &[Group]) -> Finding {
             line += &format!("; at the last evaluation (equal epochs): {last}");
             o.numbers["at_last_evaluation"] = n;
             stat.push(line);
-            verdicts.push(o.verdict);
+            verdicts.push((b.as_str(), o.verdict));
             numbers.push(o.numbers);
         }
     }
+    let (verdict, beside) = overall(&verdicts);
     Finding {
         claim: 2,
         name: "depth",
         paper: "At a fixed parameter budget and compute there is an interior optimum depth; \
                 both the shallowest and the deepest models are worse (Fig. 3), more so at scale.",
-        verdict: overall(&verdicts),
+        verdict,
         test: "Per bucket: each run's C at the largest compute every run of the bucket reached \
                (log-linear between evaluations); a seeded bootstrap over seeds (10,000 \
                resamples within each depth) counts how often the best mean is at an interior \
-               depth. Reproduced if ≥ 0.95, not reproduced if ≤ 0.05, else inconclusive; the \
-               claim holds if it holds in every bucket. Compute is the paper's count; the same \
+               depth, and the contrast is the best interior depth's C minus the best edge \
+               depth's (a Welch interval over their runs). Reproduced if the share is ≥ 0.95 \
+               and the contrast's interval lies above 0, not reproduced if the share is ≤ 0.05 \
+               and the interval lies below 0, else inconclusive (an interval holding 0 is \
+               inconclusive whatever the share). The claim holds if it holds in every one of \
+               the paper's buckets (1M, 10M, 100M); smaller buckets are given beside. Compute is the paper's count; the same \
                test with the LM head counted is given beside it (`with_head`), not voted. A \
                depth with no evaluation at or below the common compute makes the bucket \
                inconclusive (`left_out`); the same bootstrap on C at each run's last evaluation \
                (equal epochs) is given beside it (`at_last_evaluation`), not voted.",
-        statistic: stat.join("; "),
+        statistic: stat.join("; ") + &beside,
         numbers: Value::Array(numbers),
     }
 }
@@ -485,20 +601,24 @@ fn width_claim(width: &[Group]) -> Finding {
         let seed = 20 + i as u64;
         if let Some(o) = optimum((b, rows), "e_over_l", FLOPS_WITH_HEAD, seed, false, in_band) {
             stat.push(format!("{b}: {}", o.describe("E/L", "P(best in 200–300)")));
-            verdicts.push(o.verdict);
+            verdicts.push((b.as_str(), o.verdict));
             numbers.push(o.numbers);
         }
     }
+    let (verdict, beside) = overall(&verdicts);
     Finding {
         claim: 3,
         name: "width",
         paper: "The best models have E/L of about 200–300 (Fig. 3).",
-        verdict: overall(&verdicts),
+        verdict,
         test: "At one depth, each run's C at the largest compute every width reached, LM head \
                counted (the widths are matched on it); a seeded \
-               bootstrap over seeds counts how often the best mean has E/L in [200, 300]. \
-               Reproduced if ≥ 0.95, not reproduced if ≤ 0.05, else inconclusive.",
-        statistic: stat.join("; "),
+               bootstrap over seeds counts how often the best mean has E/L in [200, 300], and \
+               the contrast is the best in-band width's C minus the best out-of-band width's (a \
+               Welch interval). Reproduced if the share is ≥ 0.95 and the contrast lies above 0, \
+               not reproduced if ≤ 0.05 and it lies below 0, else inconclusive; only the \
+               paper's buckets vote.",
+        statistic: stat.join("; ") + &beside,
         numbers: Value::Array(numbers),
     }
 }
@@ -535,7 +655,7 @@ fn tradeoff(depth: &[Group]) -> Finding {
             })
             .collect();
         let m = MeanCi::of(&slopes);
-        verdicts.push(if m.n < 2 {
+        let v = if m.n < 2 {
             Verdict::Inconclusive
         } else if m.below_zero() {
             Verdict::Reproduced
@@ -543,7 +663,8 @@ fn tradeoff(depth: &[Group]) -> Finding {
             Verdict::NotReproduced
         } else {
             Verdict::Inconclusive
-        });
+        };
+        verdicts.push((b.as_str(), v));
         stat.push(if m.n == 0 {
             format!("{b}: no run has normalised novelty at two constraint counts")
         } else {
@@ -554,22 +675,58 @@ fn tradeoff(depth: &[Group]) -> Finding {
         });
         numbers.push(json!({"bucket": b, "slope_per_constraint": ci_json(&m)}));
     }
+    let (verdict, beside) = overall(&verdicts);
     Finding {
         claim: 4,
         name: "tradeoff",
         paper: "Normalised novelty falls as constraints are added, at every scale (Fig. 4).",
-        verdict: overall(&verdicts),
+        verdict,
         test: "Per run at its last evaluation: the least-squares slope of normalised novelty \
                (pooled over every valid answer of a constraint count, over the 1-hop mean at \
                that count) against the count 0–4. Reproduced in a bucket if the 95% t-interval \
-               of the slope over runs lies below 0, not reproduced if above; every bucket must \
-               agree.",
-        statistic: stat.join("; "),
+               of the slope over runs lies below 0, not reproduced if above; every one of the \
+               paper's buckets must agree (smaller buckets beside).",
+        statistic: stat.join("; ") + &beside,
         numbers: Value::Array(numbers),
     }
 }
 
 fn errors(depth: &[Group]) -> Finding {
+    let paper: Vec<Group> = depth.iter().filter(|g| votes(&g.0)).cloned().collect();
+    let (verdict, mut statistic, _) = errors_between(&paper);
+    // Every bucket's figures; with a bucket below the paper's, its test beside the verdict.
+    let (v, line, numbers) = errors_between(depth);
+    if paper.len() < depth.len() {
+        statistic = format!(
+            "{}{statistic}; beside it, not voted, from the smallest bucket of all: {} ({line})",
+            if paper.len() < 2 {
+                "the paper's buckets: "
+            } else {
+                ""
+            },
+            verdict_word(v)
+        );
+    }
+    Finding {
+        claim: 5,
+        name: "errors",
+        paper: "At small scale hallucinations (invented nodes or edges) outnumber invalid-path \
+                errors by a wide margin; the gap narrows as models grow (Fig. 5).",
+        verdict,
+        test: "Per run at its last evaluation: ln((hallucinations + 1) / (invalid paths + 1)). \
+               Reproduced if in the smallest of the paper's buckets the 95% t-interval lies \
+               above ln 2 (at least twice as many) and the largest bucket's mean is lower with \
+               a 95% Welch interval of the difference below 0; not reproduced if the smallest \
+               bucket's interval lies below 0 or the difference's above 0. Needs two of the \
+               paper's buckets; the same test from a smaller bucket (100k) is given beside.",
+        statistic,
+        numbers,
+    }
+}
+
+/// Claim 5's test from the first to the last of `depth`: its verdict, its sentence, and the
+/// numbers of every group.
+fn errors_between(depth: &[Group]) -> (Verdict, String, Value) {
     // Per run at its last evaluation: ln((hallucination + 1) / (invalid path + 1)).
     let ratios = |rows: &[&Row]| -> Vec<f64> {
         finals(rows)
@@ -629,20 +786,7 @@ fn errors(depth: &[Group]) -> Finding {
         }
         _ => (Verdict::NotTested, "needs two buckets".to_string()),
     };
-    Finding {
-        claim: 5,
-        name: "errors",
-        paper: "At small scale hallucinations (invented nodes or edges) outnumber invalid-path \
-                errors by a wide margin; the gap narrows as models grow (Fig. 5).",
-        verdict,
-        test: "Per run at its last evaluation: ln((hallucinations + 1) / (invalid paths + 1)). \
-               Reproduced if in the smallest bucket the 95% t-interval lies above ln 2 (at \
-               least twice as many) and the largest bucket's mean is lower with a 95% interval \
-               of the difference below 0; not reproduced if the smallest bucket's interval lies \
-               below 0 or the difference's above 0.",
-        statistic,
-        numbers,
-    }
+    (verdict, statistic, numbers)
 }
 
 /// Per (bucket, hop count): each depth's C over its runs at their last evaluation, and depth's
@@ -799,7 +943,7 @@ mod tests {
                     let mut m = BTreeMap::new();
                     for (k, v) in [
                         ("run", format!("L{depth}-{seed}")),
-                        ("bucket", "100k".into()),
+                        ("bucket", "1M".into()),
                         ("n_layer", depth.to_string()),
                         (FLOPS, (flops * frac).to_string()),
                         (FLOPS_WITH_HEAD, (flops * frac).to_string()),
@@ -815,7 +959,7 @@ mod tests {
             }
         }
         let refs: Vec<&Row> = rows.iter().collect();
-        let f = depth_claim(&[("100k".to_string(), refs)]);
+        let f = depth_claim(&[("1M".to_string(), refs)]);
         assert_eq!(f.verdict, Verdict::Inconclusive, "{}", f.statistic);
         assert!(
             f.statistic.contains("L = 1 has no evaluation"),
@@ -838,5 +982,95 @@ mod tests {
         let last = &f.numbers[0]["at_last_evaluation"];
         assert_eq!(last["c_by_setting"].as_array().unwrap().len(), 4, "{last}");
         assert!(last["p_claimed"].as_f64().unwrap() > 0.99, "{last}");
+    }
+
+    /// Rows of one bucket: per depth, one run per C value, each evaluated twice at the same C.
+    fn depth_rows(bucket: &str, cells: &[(f64, [f64; 3])]) -> Vec<Row> {
+        let mut rows = Vec::new();
+        for (depth, cs) in cells {
+            for (seed, c) in cs.iter().enumerate() {
+                for frac in [0.5, 1.0] {
+                    let m: BTreeMap<String, String> = [
+                        ("run", format!("{bucket}-L{depth}-{seed}")),
+                        ("bucket", bucket.into()),
+                        ("n_layer", depth.to_string()),
+                        (FLOPS, (1e12 * frac).to_string()),
+                        (FLOPS_WITH_HEAD, (1e12 * frac).to_string()),
+                        (tags::CREATIVITY, c.to_string()),
+                    ]
+                    .into_iter()
+                    .map(|(k, v)| (k.to_string(), v))
+                    .collect();
+                    rows.push(Row(m));
+                }
+            }
+        }
+        rows
+    }
+
+    /// L = 1 is best in every bootstrap resample (P(interior) = 0), but one seed carries it and
+    /// the Welch interval of C(L = 2) − C(L = 1) holds 0: inconclusive, whatever P says. With
+    /// the seeds close together the interval lies below 0: not reproduced. A 100k bucket is
+    /// said beside the verdict and does not vote.
+    #[test]
+    fn an_interval_holding_zero_is_inconclusive_and_only_the_papers_buckets_vote() {
+        let spread = depth_rows(
+            "1M",
+            &[
+                (1.0, [3.05, 3.1, 9.0]),
+                (2.0, [2.9, 2.95, 3.0]),
+                (4.0, [1.0, 1.1, 1.2]),
+            ],
+        );
+        let f = depth_claim(&[("1M".to_string(), spread.iter().collect())]);
+        assert_eq!(
+            f.numbers[0]["p_claimed"].as_f64(),
+            Some(0.0),
+            "{}",
+            f.statistic
+        );
+        let d = &f.numbers[0]["contrast"]["difference"];
+        assert!(
+            d["lo"].as_f64().unwrap() < 0.0 && d["hi"].as_f64().unwrap() > 0.0,
+            "{d}"
+        );
+        assert_eq!(f.verdict, Verdict::Inconclusive, "{}", f.statistic);
+        assert!(
+            f.statistic.contains("C(L = 2) − C(L = 1) = -2.100"),
+            "{}",
+            f.statistic
+        );
+
+        let tight = depth_rows(
+            "1M",
+            &[
+                (1.0, [5.0, 5.1, 5.2]),
+                (2.0, [2.9, 2.95, 3.0]),
+                (4.0, [1.0, 1.1, 1.2]),
+            ],
+        );
+        let small = depth_rows(
+            "100k",
+            &[
+                (1.0, [1.0, 1.1, 1.2]),
+                (2.0, [5.0, 5.1, 5.2]),
+                (4.0, [1.0, 1.1, 1.2]),
+            ],
+        );
+        let f = depth_claim(&[
+            ("100k".to_string(), small.iter().collect()),
+            ("1M".to_string(), tight.iter().collect()),
+        ]);
+        assert_eq!(f.verdict, Verdict::NotReproduced, "{}", f.statistic);
+        assert!(
+            f.statistic
+                .contains("beside it, not voted: 100k reproduced"),
+            "{}",
+            f.statistic
+        );
+        // Only a bucket below the paper's: nothing votes.
+        let f = depth_claim(&[("100k".to_string(), small.iter().collect())]);
+        assert_eq!(f.verdict, Verdict::NotTested, "{}", f.statistic);
+        assert!(votes("1M") && votes("100M") && votes("grid-1m") && !votes("100k"));
     }
 }

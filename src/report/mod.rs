@@ -280,6 +280,8 @@ pub fn write(input: &Path, out: Option<&Path>) -> Result<PathBuf> {
 
     error_figures(&mut w, &rows, &finals, &all_buckets)?;
 
+    cut_off_table(&mut w, &finals);
+
     compute_figures(&mut w, &rows, &finals, &depth, &all_buckets)?;
 
     let questions = objectives(&mut w, &rows)?;
@@ -480,6 +482,60 @@ fn tradeoff_figure(w: &mut Writer, finals: &[&Row], all_buckets: &[String]) -> R
          count; runs at their last epoch, mean and 95% t-interval over runs",
     )?;
     Ok(())
+}
+
+/// The decode budget's share of cut-off answers per cell (bucket, L, E, H, lr) at each run's
+/// last evaluation, beside C: a budget that censors long answers moves C most where the models
+/// write long answers (SPEC §6 Revision). Nothing without the column.
+fn cut_off_table(w: &mut Writer, finals: &[&Row]) {
+    let mut cells: BTreeMap<(String, [u64; 4]), Vec<(f64, f64)>> = BTreeMap::new();
+    for r in finals {
+        if let (Some(cut), Some(c)) = (r.num(tags::CUT_OFF), r.num(tags::CREATIVITY)) {
+            let key =
+                ["n_layer", "n_embd", "n_head", "lr"].map(|k| r.num(k).unwrap_or(0.0).to_bits());
+            cells
+                .entry((r.get("bucket").to_string(), key))
+                .or_default()
+                .push((c, cut));
+        }
+    }
+    if cells.is_empty() {
+        return;
+    }
+    let _ = writeln!(
+        w.md,
+        "## The decode budget: answers cut off (SPEC §6)
+"
+    );
+    let _ = writeln!(
+        w.md,
+        "Share of greedy answers that reached the decode budget without `<eos>` (scored as \
+         parse failures), per cell at each run's last evaluation, mean over runs (range), \
+         beside C.\n"
+    );
+    let _ = writeln!(w.md, "| bucket | L | E | H | lr | runs | C | cut off |");
+    let _ = writeln!(w.md, "|---|---|---|---|---|---|---|---|");
+    for ((b, key), v) in &cells {
+        let [l, e, h, lr] = key.map(f64::from_bits);
+        let n = v.len() as f64;
+        let c = v.iter().map(|x| x.0).sum::<f64>() / n;
+        let cuts: Vec<f64> = v.iter().map(|x| x.1).collect();
+        let mean = cuts.iter().sum::<f64>() / n;
+        let (lo, hi) = cuts
+            .iter()
+            .fold((f64::INFINITY, f64::NEG_INFINITY), |(a, b), x| {
+                (a.min(*x), b.max(*x))
+            });
+        let _ = writeln!(
+            w.md,
+            "| {b} | {l} | {e} | {h} | {lr} | {} | {c:.3} | {:.1}% ({:.1}–{:.1}%) |",
+            v.len(),
+            100.0 * mean,
+            100.0 * lo,
+            100.0 * hi
+        );
+    }
+    let _ = writeln!(w.md);
 }
 
 /// Figure 5: each error type's mean count per run, and the hallucination/invalid-path roll-up.

@@ -259,9 +259,35 @@ fn records(
         if let Some(figures) = derived.get(&epoch) {
             r.extend(figures.iter().cloned());
         }
+        if !line.contains_key(tags::CUT_OFF)
+            && let Some(share) = cut_off_from_answers(&row.dir, epoch, cfg.decode_budget())
+        {
+            r.push((tags::CUT_OFF.into(), share.into()));
+        }
         out.push(r);
     }
     Ok(out)
+}
+
+/// The share of an evaluation's greedy answers that the decode budget cut off (`budget` words
+/// or more, no `<eos>` within it), read from its answers file where the run kept it: the share
+/// of a run trained before evaluations logged it (`eval/cut_off`).
+fn cut_off_from_answers(dir: &Path, epoch: u64, budget: usize) -> Option<f64> {
+    let stem = rundir::eval_stem(dir, epoch);
+    let path = [
+        stem.with_extension("jsonl"),
+        stem.with_extension("jsonl.gz"),
+    ]
+    .into_iter()
+    .find(|p| p.exists())?;
+    let text = crate::fsutil::read_text(&path).ok()?;
+    let (mut n, mut cut) = (0usize, 0usize);
+    for line in text.lines() {
+        let v: Value = serde_json::from_str(line).ok()?;
+        n += 1;
+        cut += usize::from(v.get("output")?.as_str()?.split_whitespace().count() >= budget);
+    }
+    (n > 0).then(|| cut as f64 / n as f64)
 }
 
 /// Write the records as CSV: the fixed columns in order, then every other key sorted.

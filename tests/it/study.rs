@@ -67,8 +67,13 @@ fn figures_and_findings_regenerate_from_the_committed_runs() {
         assert_eq!(b["with_head"]["compute_axis"], "flops_with_head", "{b}");
         assert!(b["with_head"]["p_claimed"].is_number(), "{b}");
     }
-    // The fixture has two depth buckets and one width group, so no claim is left untested.
-    assert!(got.iter().all(|c| c["verdict"] != "not_tested"), "{got:?}");
+    // The fixture's two depth buckets (20k, 200k) are below the paper's (1M, 10M, 100M): the
+    // claims they test are not voted, their cells said beside; its width group votes.
+    for c in got {
+        let beside = c["statistic"].as_str().unwrap().contains("not voted");
+        assert_eq!(c["claim"] != 3, c["verdict"] == "not_tested", "{c}");
+        assert_eq!(c["claim"] != 3, beside, "{c}");
+    }
     for fig in [
         "depth_curve.svg",
         "depth_curve.png",
