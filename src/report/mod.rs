@@ -484,11 +484,14 @@ fn tradeoff_figure(w: &mut Writer, finals: &[&Row], all_buckets: &[String]) -> R
     Ok(())
 }
 
+/// A cell of the cut-off table: its bucket and the bits of L, E, H and lr.
+type Cell = (String, [u64; 4]);
+
 /// The decode budget's share of cut-off answers per cell (bucket, L, E, H, lr) at each run's
 /// last evaluation, beside C: a budget that censors long answers moves C most where the models
 /// write long answers (SPEC §6 Revision). Nothing without the column.
 fn cut_off_table(w: &mut Writer, finals: &[&Row]) {
-    let mut cells: BTreeMap<(String, [u64; 4]), Vec<(f64, f64)>> = BTreeMap::new();
+    let mut cells: BTreeMap<Cell, Vec<(f64, f64)>> = BTreeMap::new();
     for r in finals {
         if let (Some(cut), Some(c)) = (r.num(tags::CUT_OFF), r.num(tags::CREATIVITY)) {
             let key =
