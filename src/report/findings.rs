@@ -338,8 +338,8 @@ fn contrast(
 /// reproduced when at most 1 − `SURE` do and it lies below 0, inconclusive otherwise (an
 /// interval that holds 0 whatever the share, or fewer than two runs a setting). Without a
 /// contrast (every setting on one side) the share decides alone.
-fn share_verdict(share: f64, min_n: usize, c: Option<&(MeanCi, f64, f64, f64)>) -> Verdict {
-    let (above, below) = c.map_or((true, true), |c| (c.0.above_zero(), c.0.below_zero()));
+pub fn share_verdict(share: f64, min_n: usize, c: Option<&MeanCi>) -> Verdict {
+    let (above, below) = c.map_or((true, true), |c| (c.above_zero(), c.below_zero()));
     if min_n < 2 {
         Verdict::Inconclusive
     } else if share >= SURE && above {
@@ -519,7 +519,7 @@ fn optimum(
     let (share, best) = share_and_best(means, &s.p, &good);
     let min_n = means.iter().map(|m| m.1.n).min().unwrap_or(0);
     let c = contrast(&s, &good);
-    let verdict = share_verdict(share, min_n, c.as_ref());
+    let verdict = share_verdict(share, min_n, c.as_ref().map(|c| &c.0));
     let numbers = json!({
         "group": group,
         "compute_axis": axis,

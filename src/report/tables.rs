@@ -1,6 +1,6 @@
 //! The descriptive tables a study's FINDINGS cites beside its verdicts (`lab report DIR --table
 //! NAME`): a Welch depth contrast, C per (depth, heads), a bound for an unplaceable depth, and
-//! the objectives' set figures. All from `results.csv`, with the statistics of `stats`.
+//! the objectives' set figures, and the depth × lr grid. All from `results.csv`, with the statistics of `stats`.
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
@@ -8,11 +8,18 @@ use std::fmt::Write as _;
 use anyhow::{Result, bail};
 
 use crate::report::Row;
-use crate::report::stats::{MeanCi, at_log_x, bootstrap_best_of, welch};
+use crate::report::findings::{self, Verdict};
+use crate::report::stats::{MeanCi, at_log_x, bootstrap_best, bootstrap_best_of, welch};
 use crate::tags;
 
 /// The tables, by the name `--table` takes.
-pub const NAMES: &[&str] = &["depth-contrast", "heads", "unplaceable-bound", "sets"];
+pub const NAMES: &[&str] = &[
+    "depth-contrast",
+    "heads",
+    "unplaceable-bound",
+    "sets",
+    "grid",
+];
 
 /// Bootstrap resamples of the tables' P(best).
 const BOOT: usize = 10_000;
@@ -26,6 +33,7 @@ pub fn table(name: &str, rows: &[Row], bucket: &str, sweeps: &[String]) -> Resul
         "heads" => Ok(heads(rows, sweeps)),
         "unplaceable-bound" => unplaceable_bound(rows, bucket, sweeps),
         "sets" => Ok(sets(rows, bucket)),
+        "grid" => Ok(grid(rows, bucket)),
         other => bail!(
             "--table: unknown table {other:?}; one of {}",
             NAMES.join(", ")
@@ -314,6 +322,215 @@ fn sets(rows: &[Row], bucket: &str) -> String {
     out
 }
 
+/// C values keyed by (L, lr bits).
+type Cells = BTreeMap<(u64, u64), Vec<f64>>;
+
+/// Per depth, the C values of its runs at the lr `pick` chooses among its cells, and that lr.
+fn at_chosen_lr(
+    cells: &Cells,
+    pick: impl Fn(u64) -> Option<u64>,
+) -> BTreeMap<u64, (f64, Vec<f64>)> {
+    let depths: std::collections::BTreeSet<u64> = cells.keys().map(|k| k.0).collect();
+    depths
+        .into_iter()
+        .filter_map(|l| {
+            let lr = pick(l)?;
+            Some((l, (f64::from_bits(lr), cells.get(&(l, lr))?.clone())))
+        })
+        .collect()
+}
+
+/// The depth test on each depth's runs at its chosen lr: P(best) per depth, P(interior), the
+/// contrast of the best interior depth against the best end, and the verdict by the report's
+/// rule (`findings::share_verdict`).
+fn depth_test(by: &BTreeMap<u64, (f64, Vec<f64>)>, seed: u64) -> String {
+    let groups: Vec<Vec<f64>> = by.values().map(|v| v.1.clone()).collect();
+    let depths: Vec<u64> = by.keys().copied().collect();
+    let n = groups.len();
+    if n < 3 {
+        return format!("  {n} depths: too few for an interior optimum\n");
+    }
+    let p = bootstrap_best(&groups, BOOT, seed);
+    let mean = |i: usize| MeanCi::of(&groups[i]).mean;
+    let best = |interior: bool| {
+        (0..n)
+            .filter(|&i| (i > 0 && i + 1 < n) == interior)
+            .max_by(|&a, &b| mean(a).total_cmp(&mean(b)))
+            .expect("three depths")
+    };
+    let (i, e) = (best(true), best(false));
+    let (d, df) = welch(&groups[i], &groups[e]);
+    let share: f64 = p[1..n - 1].iter().sum();
+    let min_n = groups.iter().map(Vec::len).min().unwrap_or(0);
+    let v = findings::share_verdict(share, min_n, Some(&d));
+    let ps: Vec<String> = depths
+        .iter()
+        .zip(&p)
+        .map(|(l, p)| format!("L = {l} {p:.3}"))
+        .collect();
+    format!(
+        "  P(best): {}; P(interior) = {share:.3}; C(L = {}) − C(L = {}) = {:+.2} [{:+.2}, {:+.2}] (Welch, df {df:.1}): {}\n",
+        ps.join(", "),
+        depths[i],
+        depths[e],
+        d.mean,
+        d.lo,
+        d.hi,
+        match v {
+            Verdict::Reproduced => "reproduced",
+            Verdict::NotReproduced => "not reproduced",
+            Verdict::Inconclusive => "inconclusive",
+            Verdict::NotTested => "not tested",
+        }
+    )
+}
+
+/// The share of the variance of `values` (L, lr, C) each factor explains: sums of squares of
+/// depth, lr, their interaction and the seeds' residual over the total (exact for a balanced
+/// grid, where every cell has the same number of seeds).
+fn two_way(values: &[(u64, u64, f64)]) -> String {
+    let n = values.len() as f64;
+    if values.len() < 2 {
+        return "  too few runs\n".into();
+    }
+    let grand = values.iter().map(|v| v.2).sum::<f64>() / n;
+    let ss = |key: &dyn Fn(&(u64, u64, f64)) -> (u64, u64)| {
+        let mut by: BTreeMap<(u64, u64), (f64, f64)> = BTreeMap::new();
+        for v in values {
+            let e = by.entry(key(v)).or_default();
+            e.0 += v.2;
+            e.1 += 1.0;
+        }
+        by.values()
+            .map(|(sum, k)| k * (sum / k - grand).powi(2))
+            .sum::<f64>()
+    };
+    let total: f64 = values.iter().map(|v| (v.2 - grand).powi(2)).sum();
+    let depth = ss(&|v| (v.0, 0));
+    let lr = ss(&|v| (0, v.1));
+    let cells = ss(&|v| (v.0, v.1));
+    let share = |x: f64| 100.0 * x / total;
+    format!(
+        "  share of C's variance (sums of squares, {} runs): depth {:.1}%, lr {:.1}%, depth × lr {:.1}%, seeds (residual) {:.1}%\n",
+        values.len(),
+        share(depth),
+        share(lr),
+        share(cells - depth - lr),
+        share(total - cells)
+    )
+}
+
+/// `--table grid`: a depth × lr grid in `bucket` (issue 52). At the grid's common compute: C per
+/// (L, lr) over seeds; per depth its best lr by C and by the tuning loss (the selection a study
+/// may make), with the depth test on each; the share of C's variance depth and lr explain.
+/// Then at each run's last evaluation (equal epochs) under the default decode budget and every
+/// final budget the runs were also scored at: the depth test at each depth's best lr.
+fn grid(rows: &[Row], bucket: &str) -> String {
+    let in_b: Vec<&Row> = rows.iter().filter(|r| r.get("bucket") == bucket).collect();
+    let key = |r: &Row| Some((r.num("n_layer")? as u64, r.num("lr")?.to_bits()));
+    let (common, at) = findings::at_compute(&in_b, findings::FLOPS);
+    let mut cells: Cells = BTreeMap::new();
+    for (r, c) in &at {
+        if let Some(k) = key(r) {
+            cells.entry(k).or_default().push(*c);
+        }
+    }
+    let finals = findings::finals(&in_b);
+    let mut tune: BTreeMap<(u64, u64), Vec<f64>> = BTreeMap::new();
+    for r in &finals {
+        if let (Some(k), Some(t)) = (key(r), r.num(tags::TUNE_LOSS)) {
+            tune.entry(k).or_default().push(t);
+        }
+    }
+    let mut out = format!(
+        "C at the common compute {} FLOPs (head left out), mean [95% t-interval] over seeds:\n",
+        g3(common)
+    );
+    for ((l, lr), v) in &cells {
+        let m = MeanCi::of(v);
+        let _ = writeln!(
+            out,
+            "L = {l} lr {}: {} n = {}",
+            f64::from_bits(*lr),
+            mean_line(&m),
+            m.n
+        );
+    }
+    let mean_of =
+        |m: &BTreeMap<(u64, u64), Vec<f64>>, k: &(u64, u64)| m.get(k).map(|v| MeanCi::of(v).mean);
+    let best_lr = |m: &BTreeMap<(u64, u64), Vec<f64>>, l: u64, sign: f64| {
+        m.keys()
+            .filter(|k| k.0 == l)
+            .max_by(|a, b| {
+                let (x, y) = (
+                    mean_of(m, a).unwrap_or(f64::NAN),
+                    mean_of(m, b).unwrap_or(f64::NAN),
+                );
+                (sign * x).total_cmp(&(sign * y))
+            })
+            .map(|k| k.1)
+    };
+    for (what, by) in [
+        (
+            "its best lr by C",
+            at_chosen_lr(&cells, |l| best_lr(&cells, l, 1.0)),
+        ),
+        (
+            "its lr by the tuning loss (lowest)",
+            at_chosen_lr(&cells, |l| best_lr(&tune, l, -1.0)),
+        ),
+    ] {
+        let lrs: Vec<String> = by
+            .iter()
+            .map(|(l, (lr, v))| format!("L = {l}: {lr} (C {:.2})", MeanCi::of(v).mean))
+            .collect();
+        let _ = writeln!(out, "each depth at {what}: {}", lrs.join(", "));
+        out += &depth_test(&by, 52);
+    }
+    let values: Vec<(u64, u64, f64)> = cells
+        .iter()
+        .flat_map(|((l, lr), v)| v.iter().map(move |c| (*l, *lr, *c)))
+        .collect();
+    out += &two_way(&values);
+    // Equal epochs, under each decode budget.
+    let mut budgets: Vec<(String, String)> = vec![("default".into(), tags::CREATIVITY.to_string())];
+    let mut extra: std::collections::BTreeSet<u32> = std::collections::BTreeSet::new();
+    for r in &finals {
+        for k in r.0.keys() {
+            if let Some(b) = k
+                .strip_prefix("eval/budget")
+                .and_then(|k| k.strip_suffix("/creativity"))
+                .and_then(|b| b.parse().ok())
+            {
+                extra.insert(b);
+            }
+        }
+    }
+    for b in extra {
+        budgets.push((format!("{b} tokens"), tags::at_budget(tags::CREATIVITY, b)));
+    }
+    for (name, col) in budgets {
+        let mut last: Cells = BTreeMap::new();
+        for r in &finals {
+            if let (Some(k), Some(c)) = (key(r), r.num(&col)) {
+                last.entry(k).or_default().push(c);
+            }
+        }
+        let by = at_chosen_lr(&last, |l| best_lr(&last, l, 1.0));
+        let lrs: Vec<String> = by
+            .iter()
+            .map(|(l, (lr, v))| format!("L = {l}: {lr} (C {:.2})", MeanCi::of(v).mean))
+            .collect();
+        let _ = writeln!(
+            out,
+            "last evaluation, decode budget {name}, each depth at its best lr: {}",
+            lrs.join(", ")
+        );
+        out += &depth_test(&by, 53);
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -326,5 +543,56 @@ mod tests {
         assert_eq!(g3(3e13), "3e+13");
         assert_eq!(g3(12.345), "12.3");
         assert_eq!(g3(0.5), "0.5");
+    }
+
+    /// A grid of 3 depths × 2 lrs × 3 seeds where lr moves C far more than depth: the variance
+    /// table says so, the tuning loss picks each depth's lr, and L = 2 at its best lr is an
+    /// interior best with its contrast above 0 (reproduced); the 44-token budget is tested too.
+    #[test]
+    fn the_grid_table_splits_variance_and_tests_depth_under_each_selection() {
+        let mut rows = Vec::new();
+        for (l, bump) in [(1u64, 0.0), (2, 0.5), (4, 0.0)] {
+            for (lr, base, tune) in [(1e-3, 2.0, 1.5), (3e-3, 6.0, 1.2)] {
+                for seed in 0..3 {
+                    let c = base + bump + 0.01 * seed as f64;
+                    for (epoch, flops) in [(1, 5e11), (2, 1e12)] {
+                        let m: BTreeMap<String, String> = [
+                            ("run", format!("L{l}-{lr}-{seed}")),
+                            ("bucket", "1M".to_string()),
+                            ("n_layer", l.to_string()),
+                            ("lr", lr.to_string()),
+                            ("epoch", epoch.to_string()),
+                            (findings::FLOPS, flops.to_string()),
+                            (tags::CREATIVITY, c.to_string()),
+                            // L = 4's tuning loss prefers the lr its C does not.
+                            (
+                                tags::TUNE_LOSS,
+                                (tune - f64::from(l == 4 && lr < 2e-3)).to_string(),
+                            ),
+                            ("eval/budget44/creativity", (c + 1.0).to_string()),
+                        ]
+                        .into_iter()
+                        .map(|(k, v)| (k.to_string(), v))
+                        .collect();
+                        rows.push(Row(m));
+                    }
+                }
+            }
+        }
+        let t = grid(&rows, "1M");
+        assert!(t.contains("L = 2 lr 0.003: C 6.51"), "{t}");
+        assert!(
+            t.contains("each depth at its lr by the tuning loss (lowest): L = 1: 0.003 (C 6.01), L = 2: 0.003 (C 6.51), L = 4: 0.001 (C 2.01)"),
+            "{t}"
+        );
+        let split = t.split("runs): ").nth(1).unwrap();
+        let share = |what: &str| -> f64 {
+            let rest = split.split(&format!("{what} ")).nth(1).unwrap();
+            rest.split('%').next().unwrap().parse().unwrap()
+        };
+        assert!(share("lr") > 90.0 && share("depth") < 10.0, "{t}");
+        assert!(t.contains("P(interior) = 1.000"), "{t}");
+        assert!(t.contains(": reproduced"), "{t}");
+        assert!(t.contains("decode budget 44 tokens"), "{t}");
     }
 }

@@ -360,6 +360,9 @@ fn train_in(
         tokens_after as f64 / t.elapsed().as_secs_f64().max(1e-9)
     });
     eprintln!("pack of {}: {rate:.0} tokens/s in all", cfgs.len());
+    if let Some(table) = crate::model::profile::report() {
+        eprint!("{table}");
+    }
     let mut out = Vec::new();
     for m in members {
         if ending == Ending::Done && m.live {
