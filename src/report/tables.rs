@@ -325,6 +325,9 @@ fn sets(rows: &[Row], bucket: &str) -> String {
 /// C values keyed by (L, lr bits).
 type Cells = BTreeMap<(u64, u64), Vec<f64>>;
 
+/// One run of a grid: its L, its lr's bits, its C.
+type GridRun = (u64, u64, f64);
+
 /// Per depth, the C values of its runs at the lr `pick` chooses among its cells, and that lr.
 fn at_chosen_lr(
     cells: &Cells,
@@ -388,13 +391,13 @@ fn depth_test(by: &BTreeMap<u64, (f64, Vec<f64>)>, seed: u64) -> String {
 /// The share of the variance of `values` (L, lr, C) each factor explains: sums of squares of
 /// depth, lr, their interaction and the seeds' residual over the total (exact for a balanced
 /// grid, where every cell has the same number of seeds).
-fn two_way(values: &[(u64, u64, f64)]) -> String {
+fn two_way(values: &[GridRun]) -> String {
     let n = values.len() as f64;
     if values.len() < 2 {
         return "  too few runs\n".into();
     }
     let grand = values.iter().map(|v| v.2).sum::<f64>() / n;
-    let ss = |key: &dyn Fn(&(u64, u64, f64)) -> (u64, u64)| {
+    let ss = |key: &dyn Fn(&GridRun) -> (u64, u64)| {
         let mut by: BTreeMap<(u64, u64), (f64, f64)> = BTreeMap::new();
         for v in values {
             let e = by.entry(key(v)).or_default();
@@ -487,7 +490,7 @@ fn grid(rows: &[Row], bucket: &str) -> String {
         let _ = writeln!(out, "each depth at {what}: {}", lrs.join(", "));
         out += &depth_test(&by, 52);
     }
-    let values: Vec<(u64, u64, f64)> = cells
+    let values: Vec<GridRun> = cells
         .iter()
         .flat_map(|((l, lr), v)| v.iter().map(move |c| (*l, *lr, *c)))
         .collect();
