@@ -15,7 +15,7 @@ use crate::config::Config;
 use crate::dataset::{self, DataDir};
 use crate::fsutil::write_atomic;
 use crate::model::pack::RunBatch;
-use crate::model::{Gpt, GptConfig, Kernels};
+use crate::model::{Gpt, GptConfig, Kernels, profile};
 use crate::rundir::checkpoint::{self, MODEL, TrainerState};
 use crate::rundir::{DONE, markers};
 use crate::train::adamw::pack::PackAdamW;
@@ -278,6 +278,7 @@ fn train_in(
             }
             let start = members[0].state.batch as usize * b;
             let t0 = Instant::now();
+            let span = profile::span("step/batch");
             let batches: Vec<Batch> = parts
                 .iter()
                 .map(|p| {
@@ -295,11 +296,18 @@ fn train_in(
                     targets: &b.targets,
                 })
                 .collect();
+            drop(span);
+            let span = profile::span("step/forward");
             let losses = pack.pack_losses(&inputs)?;
+            drop(span);
+            let span = profile::span("step/backward");
             let grads = losses.sum_all()?.backward()?;
+            drop(span);
             let lrs: Vec<f64> = members.iter().map(|m| m.sched.lr(m.state.step)).collect();
             let live: Vec<bool> = members.iter().map(|m| m.live).collect();
+            let span = profile::span("step/optimizer");
             let norms = opt.step(&pack.params, &grads, &lrs, &live)?;
+            drop(span);
             let losses = losses.to_vec1::<f32>()?;
             if first.is_some() {
                 tokens_after += batches.iter().map(|b| b.tokens).sum::<usize>();
@@ -360,7 +368,7 @@ fn train_in(
         tokens_after as f64 / t.elapsed().as_secs_f64().max(1e-9)
     });
     eprintln!("pack of {}: {rate:.0} tokens/s in all", cfgs.len());
-    if let Some(table) = crate::model::profile::report() {
+    if let Some(table) = profile::report() {
         eprint!("{table}");
     }
     let mut out = Vec::new();
