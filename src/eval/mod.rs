@@ -3,6 +3,7 @@
 //! `dataset`; scoring lives in `score`, aggregation in `summary`, decoding in `decode`.
 
 pub mod answers;
+pub mod cut_offs;
 pub mod decode;
 pub mod query;
 pub mod score;
@@ -614,6 +615,16 @@ pub fn evaluate_run(r: &Run, s: &Settings, split: Split, suffix: &str) -> Result
             "  distinct valid paths per query: {:.3}\n",
             distinct as f64 / results.len().max(1) as f64
         );
+    }
+    // A longer budget than the run's: what the answers its budget cut off became.
+    let default = r.dir.join(rundir::EVAL).join(format!("{}.jsonl", r.name));
+    let default = [default.clone(), default.with_extension("jsonl.gz")]
+        .into_iter()
+        .find(|p| p.exists());
+    if let (Split::Eval, 1, Some(d)) = (split, s.samples, default)
+        && s.budget > r.cfg.decode_budget()
+    {
+        out += &cut_offs::report(&d, r.cfg.decode_budget(), &results, s.budget)?;
     }
     out += &format!(
         "  decoded {} queries in {secs:.2} s: {:.0} generated tokens/s\n",
