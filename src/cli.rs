@@ -239,6 +239,14 @@ pub enum SweepCommand {
         /// cannot fill a GPU alone.
         #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=64))]
         runs_per_task: u32,
+        /// Slurm: CPUs per array task, shared equally among its trainers as their threads
+        /// [default: the spec's [slurm] cpus_per_task, else one per run or pack of the task].
+        #[arg(long)]
+        cpus_per_task: Option<u32>,
+        /// Slurm: start an MPS control daemon in each task, so that its trainers
+        /// (--runs-per-task 2 or more) share the GPU's SMs instead of time-slicing it.
+        #[arg(long)]
+        mps: bool,
         /// Train runs that may share a pack (same shape, data, batch and steps) as packs of at
         /// most N: one process, one model with a leading run dimension, each run's files as
         /// alone (CPU, fp32). Runs that cannot pack train alone.
@@ -814,6 +822,8 @@ fn run_sweep(cmd: SweepCommand) -> Result<Exit> {
             array_parallelism,
             runs_per_task,
             pack,
+            cpus_per_task,
+            mps,
             account,
             sbatch_arg,
             signal_secs,
@@ -830,6 +840,8 @@ fn run_sweep(cmd: SweepCommand) -> Result<Exit> {
                 array_parallelism,
                 runs_per_task: runs_per_task as usize,
                 pack: pack as usize,
+                cpus_per_task,
+                mps,
                 account,
                 sbatch_args: sbatch_arg,
                 signal_secs,

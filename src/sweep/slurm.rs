@@ -25,6 +25,12 @@ pub struct Options {
     pub runs_per_task: usize,
     /// Runs a pack holds at most (SPEC §8 Revision, packs); 1: every run alone.
     pub pack: usize,
+    /// CPUs of each array task (`--cpus-per-task`); None: one per unit the task trains. Each
+    /// trainer gets an equal share as its threads.
+    pub cpus_per_task: Option<u32>,
+    /// Start an MPS control daemon in each task (`--mps`), so that its trainers share the
+    /// task's GPU's SMs instead of time-slicing it.
+    pub mps: bool,
     /// Seconds before the time limit at which Slurm sends USR1.
     pub signal_secs: u32,
     pub device: String,
@@ -46,7 +52,15 @@ impl Options {
             self.lab_binary = spec.slurm.lab_binary.clone();
         }
         self.setup = spec.slurm.setup.iter().cloned().chain(self.setup).collect();
+        self.cpus_per_task = self.cpus_per_task.or(spec.slurm.cpus_per_task);
+        self.mps |= spec.slurm.mps;
         self
+    }
+
+    /// The CPUs each array task asks for: the flag's or spec's, else one per unit it trains.
+    fn cpus(&self) -> u32 {
+        self.cpus_per_task
+            .unwrap_or(self.runs_per_task.max(1) as u32)
     }
 
     /// The lab binary the jobs run, as an absolute path.
@@ -61,6 +75,14 @@ impl Options {
     /// end its `#SBATCH` line and start a shell line. A `--lab-binary` must be an executable
     /// file (it is not run here: a CUDA build need not start on a login node).
     pub fn validate(&self) -> Result<()> {
+        if self.mps && self.runs_per_task < 2 {
+            bail!(
+                "--mps: MPS shares a task's GPU among its trainers; give --runs-per-task 2 or more"
+            );
+        }
+        if self.cpus_per_task == Some(0) {
+            bail!("--cpus-per-task: must be at least 1");
+        }
         if let Some(p) = &self.lab_binary {
             use std::os::unix::fs::PermissionsExt as _;
             match std::fs::metadata(p) {
@@ -136,6 +158,26 @@ fn abs(p: &Path) -> Result<PathBuf> {
     Ok(std::path::absolute(p)?)
 }
 
+/// The task script's MPS block (`--mps`): a control daemon of the task's own, its pipes under
+/// /tmp, stopped when the task ends; a node without MPS fails the task's runs with one line.
+const MPS: &str = r#"# MPS (--mps): one control daemon for this task, so that its trainers share the GPU's SMs
+# instead of time-slicing it; stopped when the task ends.
+if ! command -v nvidia-cuda-mps-control >/dev/null; then
+  msg="--mps: nvidia-cuda-mps-control is not on PATH on $(hostname)"
+  echo "$msg" >&2
+  for run in "${runs[@]}"; do
+    printf '{"error":"%s","exit":2}\n' "$msg" > "$sweep_dir/runs/$run/FAILED"
+  done
+  exit 2
+fi
+export CUDA_MPS_PIPE_DIRECTORY=/tmp/lab-mps-$SLURM_JOB_ID/pipe
+export CUDA_MPS_LOG_DIRECTORY=/tmp/lab-mps-$SLURM_JOB_ID/log
+mkdir -p "$CUDA_MPS_PIPE_DIRECTORY" "$CUDA_MPS_LOG_DIRECTORY"
+nvidia-cuda-mps-control -d
+trap 'echo quit | nvidia-cuda-mps-control' EXIT
+echo "MPS: control daemon started ($CUDA_MPS_PIPE_DIRECTORY)"
+"#;
+
 /// The sbatch script of one submission: `n` units (lines of `tasks_file`: a run alone, or a
 /// pack's runs separated by spaces), `o.runs_per_task` to an array task.
 pub fn script(
@@ -172,6 +214,7 @@ pub fn script(
         .unwrap_or_default();
     let _ = writeln!(s, "#SBATCH --array=0-{}{par}", n.div_ceil(per) - 1);
     let _ = writeln!(s, "#SBATCH --requeue");
+    let _ = writeln!(s, "#SBATCH --cpus-per-task={}", o.cpus());
     let _ = writeln!(s, "#SBATCH --signal=B:USR1@{}", o.signal_secs);
     let _ = writeln!(s, "#SBATCH --output={}/%A_%a.out", logs.display());
     for (flag, v) in [
@@ -193,6 +236,7 @@ pub fn script(
 set -uo pipefail
 cd {cwd}
 lab={lab}
+sweep_dir={sweep_dir}
 # This task's units: lines {per}*ID+1 .. {per}*ID+{per} of the task list, each a run alone or
 # the runs of one pack, separated by spaces.
 first=$((SLURM_ARRAY_TASK_ID * {per} + 1))
@@ -212,7 +256,11 @@ setup() {{
     exit "$rc"
   }}
 }}
-{setup}echo "task $SLURM_ARRAY_TASK_ID: runs ${{runs[*]}} on $(hostname), GPUs ${{CUDA_VISIBLE_DEVICES:-none}}"
+{setup}{mps}echo "task $SLURM_ARRAY_TASK_ID: runs ${{runs[*]}} on $(hostname), GPUs ${{CUDA_VISIBLE_DEVICES:-none}}"
+# The task's CPUs shared equally among its trainers, as their threads.
+cpus=${{SLURM_CPUS_PER_TASK:-{cpus}}}
+threads=$(( cpus / ${{#units[@]}} > 0 ? cpus / ${{#units[@]}} : 1 ))
+export RAYON_NUM_THREADS=$threads
 
 # Before the time limit Slurm sends USR1 to this script: pass it on to every trainer, each of
 # which checkpoints at its next step and exits with {interrupted}, then requeue this task so
@@ -288,6 +336,8 @@ exit "$status"
         sweep_dir = quote(&sweep_dir.to_string_lossy()),
         device = quote(&o.device),
         interrupted = Exit::Interrupted.code(),
+        cpus = o.cpus(),
+        mps = if o.mps { MPS } else { "" },
         setup = o
             .setup
             .iter()

@@ -46,8 +46,8 @@ struct SpecFile {
     slurm: SlurmTable,
 }
 
-/// `[slurm]` in a spec: what `--lab-binary` and `--setup` give on the command line (the flag
-/// wins over `lab_binary`; `--setup` lines run after these).
+/// `[slurm]` in a spec: what `--lab-binary`, `--setup`, `--cpus-per-task` and `--mps` give on
+/// the command line (a flag wins over the spec; `--setup` lines run after these).
 #[derive(Clone, Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct SlurmTable {
@@ -55,6 +55,9 @@ pub struct SlurmTable {
     pub lab_binary: Option<PathBuf>,
     #[serde(default)]
     pub setup: Vec<String>,
+    pub cpus_per_task: Option<u32>,
+    #[serde(default)]
+    pub mps: bool,
 }
 
 /// A size bucket: the target non-embedding parameter count 12·L·E² (one, or a list of
@@ -530,7 +533,7 @@ impl Spec {
             choices,
             slurm: SlurmTable {
                 lab_binary: file.slurm.lab_binary.map(|b| dir.join(b)),
-                setup: file.slurm.setup,
+                ..file.slurm
             },
             base: base_path,
         })

@@ -663,6 +663,114 @@ fn sbatch_values_with_control_characters_are_refused() {
     }
 }
 
+/// GPU tasks on Slurm: each task asks for `--cpus-per-task` (default one per run it trains, or
+/// the spec's `[slurm] cpus_per_task`) and shares them among its trainers as threads; `--mps`
+/// starts a control daemon of the task's own and stops it at the end, and is refused without
+/// several trainers to share the GPU. On the real cluster, a node without MPS fails the task's
+/// runs with one line naming the node, and a task's two trainers train on one thread each.
+#[test]
+fn gpu_tasks_ask_for_their_cpus_and_may_start_mps() {
+    let script = |ws: &Path| {
+        std::fs::read_to_string(ws.join("checkpoints/smoke/slurm/001/train.sbatch")).unwrap()
+    };
+    let ws = workspace();
+    slurm_dry_run(ws.path(), &["--gres", "gpu:1", "--runs-per-task", "2"], 0);
+    let s = script(ws.path());
+    assert!(s.contains("#SBATCH --cpus-per-task=2\n"), "{s}");
+    assert!(!s.contains("nvidia-cuda-mps-control -d"), "{s}");
+    let ws = workspace();
+    slurm_dry_run(
+        ws.path(),
+        &["--runs-per-task", "2", "--cpus-per-task", "6", "--mps"],
+        0,
+    );
+    let s = script(ws.path());
+    assert!(s.contains("#SBATCH --cpus-per-task=6\n"), "{s}");
+    assert!(
+        s.contains("nvidia-cuda-mps-control -d")
+            && s.contains("trap 'echo quit | nvidia-cuda-mps-control' EXIT"),
+        "{s}"
+    );
+    // The spec's [slurm] table gives the same, a flag overriding it.
+    let ws = workspace();
+    let spec_path = ws.path().join("sweeps/smoke.toml");
+    let text = std::fs::read_to_string(&spec_path).unwrap();
+    std::fs::write(&spec_path, format!("{text}\n[slurm]\ncpus_per_task = 3\n")).unwrap();
+    slurm_dry_run(ws.path(), &[], 0);
+    assert!(script(ws.path()).contains("#SBATCH --cpus-per-task=3\n"));
+    for (extra, needle) in [
+        (
+            &["--mps"][..],
+            "--mps: MPS shares a task's GPU among its trainers",
+        ),
+        (
+            &["--cpus-per-task", "0"][..],
+            "--cpus-per-task: must be at least 1",
+        ),
+    ] {
+        let ws = workspace();
+        let out = slurm_dry_run(ws.path(), extra, 2);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(err.contains(needle), "{err}");
+        assert!(
+            !ws.path().join("checkpoints/smoke").exists(),
+            "nothing written"
+        );
+    }
+
+    if !slurm_allowed() {
+        return;
+    }
+    slurm_up();
+    let ws = workspace();
+    let out = run_expect(
+        lab(ws.path()).args([
+            "sweep",
+            "run",
+            "sweeps/smoke.toml",
+            "--backend",
+            "slurm",
+            "--runs-per-task",
+            "2",
+            "--mps",
+        ]),
+        0,
+    );
+    let (array, collect) = job_ids(&String::from_utf8_lossy(&out.stdout));
+    wait_gone(&array, 300);
+    wait_gone(&collect, 120);
+    let status = run_expect(
+        lab(ws.path()).args(["sweep", "status", "sweeps/smoke.toml"]),
+        0,
+    );
+    let status = String::from_utf8_lossy(&status.stdout);
+    assert!(
+        status.contains("smoke: 4 failed")
+            && status.contains("--mps: nvidia-cuda-mps-control is not on PATH on"),
+        "{status}"
+    );
+    let ws = workspace();
+    let out = run_expect(
+        lab(ws.path()).args([
+            "sweep",
+            "run",
+            "sweeps/smoke.toml",
+            "--backend",
+            "slurm",
+            "--runs-per-task",
+            "2",
+        ]),
+        0,
+    );
+    let (array, collect) = job_ids(&String::from_utf8_lossy(&out.stdout));
+    wait_gone(&array, 600);
+    wait_gone(&collect, 120);
+    for run in std::fs::read_dir(runs_dir(ws.path())).unwrap() {
+        let log = std::fs::read_to_string(run.unwrap().path().join("train.log")).unwrap();
+        assert!(log.contains("on cpu (1 threads)"), "{log}");
+    }
+}
+
 /// Two-stage tuning from files: a tuning sweep on the tuning split, then a seeds sweep whose
 /// `[[select]]` takes each depth's lr from the tuning runs as exported, the lowest `tune/loss`
 /// winning, or the highest `tune/creativity` (logged, or read from the last evaluation's
