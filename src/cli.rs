@@ -295,6 +295,13 @@ pub enum SweepCommand {
     /// evaluation lines of metrics, per-epoch figures, and the answers of the last evaluation
     /// and of those its report reads; checked against its results.csv before anything changes.
     Slim { results: PathBuf },
+    /// Fill the figures a committed run lacks (`tune/creativity` logged by later code) from the
+    /// same run trained again: refused unless every figure and kept answer of the committed run
+    /// is the retrained run's, to the last digit.
+    Refill {
+        committed: PathBuf,
+        retrained: PathBuf,
+    },
     /// Re-score every committed greedy answer file of a results directory from its text, on
     /// worlds rebuilt from the runs' configs, and check each figure against results.csv.
     Rescore { results: PathBuf },
@@ -894,6 +901,24 @@ fn run_sweep(cmd: SweepCommand) -> Result<Exit> {
             println!("{}: {n} runs exported", res.display());
         }
         SweepCommand::Slim { results } => slim(&results)?,
+        SweepCommand::Refill {
+            committed,
+            retrained,
+        } => {
+            let r = sweep::refill::refill(&committed, &retrained)?;
+            let added: Vec<&str> = r.added.iter().map(String::as_str).collect();
+            println!(
+                "{}: {} evaluation lines gained {}; every committed figure and {} kept answer files equal the retrained run's",
+                committed.display(),
+                r.lines,
+                if added.is_empty() {
+                    "nothing".to_string()
+                } else {
+                    added.join(", ")
+                },
+                r.answers
+            );
+        }
         SweepCommand::Rescore { results } => return rescore(&results),
         SweepCommand::Collect { spec, .. } if spec.is_dir() => {
             let c = sweep::collect::collect_results(&spec)?;

@@ -6,6 +6,7 @@ pub mod collect;
 pub mod export;
 pub mod local;
 pub mod planned;
+pub mod refill;
 pub mod rescore;
 pub mod select;
 pub mod slim;

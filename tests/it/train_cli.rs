@@ -1240,3 +1240,68 @@ fn a_pack_resumes_after_kill_dash_nine_and_from_different_steps() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("already holds a checkpoint"), "{err}");
 }
+
+/// `lab sweep refill COMMITTED RETRAINED`: a committed run whose evaluation lines lack a figure
+/// (logged only by later code) gains it from the same run trained again, every other figure and
+/// the answers checked equal first; a run of another seed, or answers that differ, are refused
+/// with one line, and the committed file is left as it was.
+#[test]
+fn a_committed_run_gains_the_figures_of_the_same_run_trained_again() {
+    let tmp = tempfile::tempdir().unwrap();
+    let d = tmp.path();
+    let cfg = micro(d, "");
+    train(d, &cfg, "a", &[], 0);
+    let other = write_config(
+        d,
+        "other.toml",
+        &MICRO.replacen("lr = 3e-3\n", "lr = 3e-3\nseed = 9\n", 1),
+    );
+    train(d, &other, "b", &[], 0);
+    // The committed copy: no eval/utility in its evaluation lines.
+    let copy = d.join("c");
+    run_expect(Command::new("cp").arg("-r").arg(d.join("a")).arg(&copy), 0);
+    let lines: Vec<Value> = metrics(&d.join("a"));
+    let stripped: String = lines
+        .iter()
+        .map(|l| {
+            let mut l = l.clone();
+            l.as_object_mut().unwrap().shift_remove("eval/utility");
+            l.to_string() + "\n"
+        })
+        .collect();
+    std::fs::write(copy.join("metrics.jsonl"), &stripped).unwrap();
+    let refill = |retrained: &str, code: i32| {
+        run_expect(lab(d).args(["sweep", "refill", "c"]).arg(retrained), code)
+    };
+    let out = refill("b", 2);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("not the same run"), "{err}");
+    assert_eq!(
+        std::fs::read_to_string(copy.join("metrics.jsonl")).unwrap(),
+        stripped
+    );
+    let out = refill("a", 0);
+    let said = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        said.contains("2 evaluation lines gained eval/utility"),
+        "{said}"
+    );
+    assert_eq!(
+        metrics(&copy),
+        lines,
+        "the figures of the run trained again"
+    );
+    // Answers that differ from the retrained run's are refused.
+    let answers = copy.join("eval/epoch-02.jsonl");
+    let text = std::fs::read_to_string(&answers).unwrap();
+    let first: Value = serde_json::from_str(text.lines().next().unwrap()).unwrap();
+    let changed = text.replacen(
+        &format!("\"output\":{}", first["output"]),
+        "\"output\":\"XYZ\"",
+        1,
+    );
+    assert_ne!(changed, text);
+    std::fs::write(&answers, changed).unwrap();
+    let err = String::from_utf8_lossy(&refill("a", 2).stderr).into_owned();
+    assert!(err.contains("its answers differ"), "{err}");
+}

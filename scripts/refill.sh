@@ -1,0 +1,45 @@
+#!/usr/bin/env bash
+# Fill the figures committed runs lack (issue 52: `tune/creativity`, logged only by later code)
+# by training each again from its committed config into checkpoints/refill/<run>/ (resumed where
+# a checkpoint is left), then `lab sweep refill`, which writes the new figures into the committed
+# metrics.jsonl only if every committed figure and kept answer equals the retrained run's; each
+# refilled run is committed at once. At the end results.csv and the report are regenerated.
+# Safe to stop and start again: refilled runs are skipped.
+#
+#   scripts/refill.sh results/fair-cpu fair-cpu-tune-          (runs whose name starts so)
+#
+# REFILL_FIGURE (default tune/creativity) is the figure whose absence marks a run to refill;
+# REFILL_THREADS (default 1) the threads of each training.
+set -euo pipefail
+[ $# -ge 2 ] || { echo "usage: scripts/refill.sh RESULTS PREFIX..." >&2; exit 2; }
+results=$1; shift
+cd "$(dirname "$0")/.."
+cargo build --release --quiet
+bin=target/refill && mkdir -p "$bin" && cp target/release/lab "$bin/lab.new" && mv "$bin/lab.new" "$bin/lab"
+lab=$bin/lab
+figure=${REFILL_FIGURE:-tune/creativity}
+for prefix in "$@"; do
+  for dir in "$results"/runs/"$prefix"*/; do
+    [ -d "$dir" ] || continue
+    run=$(basename "$dir")
+    if grep -q "\"$figure\"" "$dir/metrics.jsonl"; then continue; fi
+    out=checkpoints/refill/$run
+    if [ ! -e "$out/DONE" ]; then
+      resume=""
+      [ -e "$out/latest" ] && resume=--resume
+      echo "train $run $resume"
+      RAYON_NUM_THREADS=${REFILL_THREADS:-1} "$lab" train --device cpu --config "$dir/config.toml" \
+        --out "$out" $resume > "$out.log" 2>&1 || { echo "FAILED $run (see $out.log)" >&2; exit 1; }
+    fi
+    "$lab" sweep refill "$dir" "$out"
+    if [ "${REFILL_COMMIT:-1}" = 1 ]; then
+      git add -- "$dir/metrics.jsonl" && git commit --quiet -m "refill $run: $figure from the same run trained again" -- "$dir/metrics.jsonl" || true
+    fi
+  done
+done
+"$lab" sweep collect "$results"
+"$lab" report "$results" --out "$results" > /dev/null
+rm -f "$results"/*.png
+if [ "${REFILL_COMMIT:-1}" = 1 ]; then
+  git add -- "$results" && git commit --quiet -m "$(basename "$results"): results.csv and report after refilling $figure" -- "$results" || true
+fi
