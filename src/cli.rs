@@ -868,6 +868,12 @@ fn run_sweep(cmd: SweepCommand) -> Result<Exit> {
                     o.device
                 );
             }
+            if pack > 1 && o.gres.as_deref().is_some_and(|g| g.contains("gpu")) {
+                anyhow::bail!(
+                    "--pack: a pack trains on the CPU for now, and would leave --gres {} idle; drop one of them",
+                    o.gres.as_deref().unwrap_or_default()
+                );
+            }
             let plan = s.plan()?;
             if backend == Backend::Local {
                 let todo = s.units(&s.pending(&plan), o.pack)?;

@@ -409,6 +409,22 @@ fn a_packed_sweep_gives_the_unpacked_results() {
         2,
     );
     assert!(String::from_utf8_lossy(&out.stderr).contains("--pack: a pack trains on the CPU"));
+    let out = run_expect(
+        lab(ws.path()).args([
+            "sweep",
+            "run",
+            "sweeps/smoke.toml",
+            "--backend",
+            "slurm",
+            "--dry-run",
+            "--pack",
+            "2",
+            "--gres",
+            "gpu:1",
+        ]),
+        2,
+    );
+    assert!(String::from_utf8_lossy(&out.stderr).contains("would leave --gres gpu:1 idle"));
 
     if !slurm_allowed() {
         return;
