@@ -297,7 +297,7 @@ pub enum SweepCommand {
     Slim { results: PathBuf },
     /// Fill the figures a committed run lacks (`tune/creativity` logged by later code) from the
     /// same run trained again: refused unless every figure and kept answer of the committed run
-    /// is the retrained run's, to the last digit.
+    /// is the retrained run's (figures within 1e-12 relative, as `rescore` allows).
     Refill {
         committed: PathBuf,
         retrained: PathBuf,
