@@ -9,7 +9,13 @@
 #   scripts/refill.sh results/fair-cpu fair-cpu-tune-          (runs whose name starts so)
 #
 # REFILL_FIGURE (default tune/creativity) is the figure whose absence marks a run to refill;
-# REFILL_THREADS (default 1) the threads of each training.
+# REFILL_THREADS (default 1) the threads of each training. REFILL_TRAIN_AT=COMMIT trains with
+# the lab built at that commit instead (in a worktree under target/refill/, its own build):
+# the code that trained runs whose bits later code moved. That code logs no tuning-split C, so
+# today's `lab eval --split tune` then scores each evaluated epoch's checkpoint, and the refill
+# takes the `tune/` figures from those summaries.
+#
+#   REFILL_TRAIN_AT=2662bcb scripts/refill.sh results/fair-cpu fair-cpu-tune-100k-
 set -euo pipefail
 [ $# -ge 2 ] || { echo "usage: scripts/refill.sh RESULTS PREFIX..." >&2; exit 2; }
 results=$1; shift
@@ -17,6 +23,14 @@ cd "$(dirname "$0")/.."
 cargo build --release --quiet
 bin=target/refill && mkdir -p "$bin" && cp target/release/lab "$bin/lab.new" && mv "$bin/lab.new" "$bin/lab"
 lab=$bin/lab
+trainer=$lab
+if [ -n "${REFILL_TRAIN_AT:-}" ]; then
+  at=$(git rev-parse --short "$REFILL_TRAIN_AT")
+  tree=$PWD/target/refill/tree-$at
+  [ -d "$tree" ] || git worktree add --detach "$tree" "$at" >/dev/null
+  (cd "$tree" && CARGO_TARGET_DIR=$PWD/../target-$at cargo build --release --quiet)
+  trainer=$PWD/target/refill/target-$at/release/lab
+fi
 figure=${REFILL_FIGURE:-tune/creativity}
 for prefix in "$@"; do
   for dir in "$results"/runs/"$prefix"*/; do
@@ -28,8 +42,15 @@ for prefix in "$@"; do
       resume=""
       [ -e "$out/latest" ] && resume=--resume
       echo "train $run $resume"
-      RAYON_NUM_THREADS=${REFILL_THREADS:-1} "$lab" train --device cpu --config "$dir/config.toml" \
+      RAYON_NUM_THREADS=${REFILL_THREADS:-1} "$trainer" train --device cpu --config "$dir/config.toml" \
         --out "$out" $resume > "$out.log" 2>&1 || { echo "FAILED $run (see $out.log)" >&2; exit 1; }
+    fi
+    if [ "$trainer" != "$lab" ]; then
+      for epoch in $(grep '"val/loss"' "$out/metrics.jsonl" | sed -n 's/.*"epoch":\([0-9]*\).*/\1/p'); do
+        [ -e "$out/eval/epoch-$(printf %02d "$epoch").tune.summary.json" ] && continue
+        RAYON_NUM_THREADS=${REFILL_THREADS:-1} "$lab" eval --device cpu --run "$out" --epoch "$epoch" \
+          --split tune > /dev/null 2>> "$out.log" || { echo "FAILED tuning split of $run (see $out.log)" >&2; exit 1; }
+      done
     fi
     "$lab" sweep refill "$dir" "$out"
     if [ "${REFILL_COMMIT:-1}" = 1 ]; then

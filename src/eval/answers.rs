@@ -5,7 +5,7 @@
 use std::collections::{HashMap, HashSet};
 use std::path::{Path, PathBuf};
 
-use anyhow::Result;
+use anyhow::{Context, Result};
 use serde::Deserialize;
 
 use crate::config::Config;
@@ -28,6 +28,30 @@ pub struct Parsed {
     pub answers: Vec<(usize, String)>,
     /// One message per skipped line: `FILE:LINE: reason`.
     pub problems: Vec<String>,
+}
+
+/// Whether an answer reached the decode budget without `<eos>` (SPEC §6 Revision): its words
+/// (node and label tokens) number at least the budget, so the decoder stopped it.
+pub fn cut_off(output: &str, budget: usize) -> bool {
+    output.split_whitespace().count() >= budget
+}
+
+/// `(id, output)` of every line of an answers file the lab wrote (gzipped or not), in file
+/// order; any line without both is an error naming the file and line. Lenient reading of
+/// answers from other sources is [`read`]'s.
+pub fn outputs(path: &Path) -> Result<Vec<(u64, String)>> {
+    crate::fsutil::read_text(path)?
+        .lines()
+        .enumerate()
+        .map(|(i, l)| {
+            let v: serde_json::Value = serde_json::from_str(l)
+                .with_context(|| format!("{}: line {}: not JSON", path.display(), i + 1))?;
+            match (v["id"].as_u64(), v["output"].as_str()) {
+                (Some(id), Some(o)) => Ok((id, o.to_string())),
+                _ => anyhow::bail!("{}: line {}: no id and output", path.display(), i + 1),
+            }
+        })
+        .collect()
 }
 
 /// Read an answers file. With `sets`, several lines may answer one id; otherwise a repeated
@@ -177,7 +201,7 @@ pub fn score_file<'a>(
     let mut grouped: Vec<Vec<Scored>> = vec![Vec::new(); queries.len()];
     for (i, text) in &parsed.answers {
         let q = &queries[*i];
-        let finished = text.split_whitespace().count() < scoring.budget;
+        let finished = !cut_off(text, scoring.budget);
         grouped[*i].push(score(
             &d.graph,
             &q.query,

@@ -7,10 +7,10 @@ use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::path::Path;
 
-use anyhow::{Context, Result};
-use serde_json::Value;
+use anyhow::Result;
 
 use crate::eval::Answers;
+use crate::eval::answers::{cut_off, outputs};
 use crate::eval::score::Scored;
 
 /// What a cut-off answer became under the longer budget.
@@ -47,21 +47,6 @@ pub fn became(s: &Scored) -> Became {
     }
 }
 
-/// The outputs of an answers file by query id (the first answer of each), gzipped or not.
-fn outputs(path: &Path) -> Result<BTreeMap<u64, String>> {
-    let text = crate::fsutil::read_text(path)?;
-    let mut out = BTreeMap::new();
-    for (i, line) in text.lines().enumerate() {
-        let v: Value = serde_json::from_str(line)
-            .with_context(|| format!("{}: line {}: not JSON", path.display(), i + 1))?;
-        let (Some(id), Some(o)) = (v["id"].as_u64(), v["output"].as_str()) else {
-            anyhow::bail!("{}: line {}: no id and output", path.display(), i + 1);
-        };
-        out.entry(id).or_insert_with(|| o.to_string());
-    }
-    Ok(out)
-}
-
 /// The answers of `default` (a greedy answers file at the run's `budget`) that the budget cut
 /// off, each classified by its answer in `longer` (the same queries at `longer_budget`), as
 /// lines of text.
@@ -71,10 +56,14 @@ pub fn report(
     longer: &[Answers],
     longer_budget: usize,
 ) -> Result<String> {
-    let before = outputs(default)?;
+    // The first answer of each query (a greedy file holds one).
+    let mut before: BTreeMap<u64, String> = BTreeMap::new();
+    for (id, o) in outputs(default)? {
+        before.entry(id).or_insert(o);
+    }
     let cut: Vec<u64> = before
         .iter()
-        .filter(|(_, o)| o.split_whitespace().count() >= budget)
+        .filter(|(_, o)| cut_off(o, budget))
         .map(|(id, _)| *id)
         .collect();
     let mut counts: BTreeMap<Became, usize> = BTreeMap::new();

@@ -323,6 +323,18 @@ pub fn tune_figures(s: &Summary) -> Vec<(String, f64)> {
         .collect()
 }
 
+/// The `tune/` figures of the tuning-split summary `lab eval --split tune` (or the trainer)
+/// wrote at an epoch of a run, None when there is none.
+pub fn tune_figures_at(run_dir: &Path, epoch: u64) -> Result<Option<Vec<(String, f64)>>> {
+    let path = rundir::eval_stem(run_dir, epoch).with_extension("tune.summary.json");
+    let Ok(text) = std::fs::read_to_string(&path) else {
+        return Ok(None);
+    };
+    let summary: Summary = serde_json::from_str(&text)
+        .with_context(|| format!("{}: not an evaluation summary", path.display()))?;
+    Ok(Some(tune_figures(&summary)))
+}
+
 /// C, U, N of valid answers, validity and the cut-off share of a summary.
 pub fn headline(s: &Summary) -> Vec<(String, f64)> {
     let keep = [

@@ -24,13 +24,30 @@ pub const FLOPS: &str = "flops";
 /// so they are matched, and compared, with the head counted.
 pub const FLOPS_WITH_HEAD: &str = "flops_with_head";
 
-#[derive(Clone, Copy, Debug, Serialize, PartialEq, Eq)]
-#[serde(rename_all = "snake_case")]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Verdict {
     Reproduced,
     NotReproduced,
     Inconclusive,
     NotTested,
+}
+
+impl Verdict {
+    /// The verdict's word, as `findings.json` writes it.
+    pub fn word(self) -> &'static str {
+        match self {
+            Verdict::Reproduced => "reproduced",
+            Verdict::NotReproduced => "not_reproduced",
+            Verdict::Inconclusive => "inconclusive",
+            Verdict::NotTested => "not_tested",
+        }
+    }
+}
+
+impl Serialize for Verdict {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> std::result::Result<S::Ok, S::Error> {
+        s.serialize_str(self.word())
+    }
 }
 
 /// One claim's outcome.
@@ -161,16 +178,6 @@ pub fn votes(bucket: &str) -> bool {
         .is_none_or(|n| n.parse::<f64>().is_err())
 }
 
-/// A verdict's word, as `findings.json` writes it.
-pub fn verdict_word(v: Verdict) -> &'static str {
-    match v {
-        Verdict::Reproduced => "reproduced",
-        Verdict::NotReproduced => "not_reproduced",
-        Verdict::Inconclusive => "inconclusive",
-        Verdict::NotTested => "not_tested",
-    }
-}
-
 /// A claim's verdict from its cells (group label, verdict): from the paper's buckets only
 /// ([`votes`]); the cells of smaller buckets are said beside it, not voted, in the returned
 /// sentence (empty without them).
@@ -192,7 +199,7 @@ fn overall(cells: &[(&str, Verdict)]) -> (Verdict, String) {
     let words: Vec<String> = beside
         .iter()
         .map(|(b, vs)| {
-            let words: Vec<&str> = vs.iter().map(|v| verdict_word(*v)).collect();
+            let words: Vec<&str> = vs.iter().map(|v| v.word()).collect();
             format!("{b} {}", words.join("/"))
         })
         .collect();
@@ -295,15 +302,15 @@ fn best_setting(rows: &[&Row], key: &str, axis: &str, seed: u64) -> (f64, Settin
 
 /// The settings of an optimum test: each setting with its mean C and interval, the bootstrap
 /// share of resamples in which it is best, and its runs' C values.
-struct Settings {
-    means: Vec<(f64, MeanCi)>,
-    p: Vec<f64>,
-    values: Vec<Vec<f64>>,
+pub struct Settings {
+    pub means: Vec<(f64, MeanCi)>,
+    pub p: Vec<f64>,
+    pub values: Vec<Vec<f64>>,
 }
 
 /// Each setting's mean C with its interval, and the bootstrap share of resamples in which it
 /// is best, from the C values of its runs (keyed by the setting's bits).
-fn bootstrap_settings(by: BTreeMap<u64, Vec<f64>>, seed: u64) -> Settings {
+pub fn bootstrap_settings(by: BTreeMap<u64, Vec<f64>>, seed: u64) -> Settings {
     let keys: Vec<f64> = by.keys().map(|k| key_value(*k)).collect();
     let values: Vec<Vec<f64>> = by.into_values().collect();
     let p = bootstrap_best(&values, BOOT, seed);
@@ -318,7 +325,7 @@ fn bootstrap_settings(by: BTreeMap<u64, Vec<f64>>, seed: u64) -> Settings {
 /// The contrast an optimum verdict also needs (SPEC §9 Revision, statistics): the claimed
 /// settings' best mean minus the others' best, a Welch interval over their runs with its
 /// degrees of freedom and the two settings; None when every setting is on one side.
-fn contrast(
+pub fn contrast(
     s: &Settings,
     good: &impl Fn(usize, usize, f64) -> bool,
 ) -> Option<(MeanCi, f64, f64, f64)> {
@@ -369,7 +376,7 @@ fn contrast_line(setting: &str, c: Option<&(MeanCi, f64, f64, f64)>) -> String {
 }
 
 /// The resamples' share whose best setting is `good`, and the setting with the best mean.
-fn share_and_best(
+pub fn share_and_best(
     means: &[(f64, MeanCi)],
     p: &[f64],
     good: &impl Fn(usize, usize, f64) -> bool,
@@ -704,7 +711,7 @@ fn errors(depth: &[Group]) -> Finding {
             } else {
                 ""
             },
-            verdict_word(v)
+            v.word()
         );
     }
     Finding {

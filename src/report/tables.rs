@@ -8,8 +8,8 @@ use std::fmt::Write as _;
 use anyhow::{Result, bail};
 
 use crate::report::Row;
-use crate::report::findings::{self, Verdict};
-use crate::report::stats::{MeanCi, at_log_x, bootstrap_best, bootstrap_best_of, welch};
+use crate::report::findings;
+use crate::report::stats::{MeanCi, at_log_x, bootstrap_best_of, welch};
 use crate::tags;
 
 /// The tables, by the name `--table` takes.
@@ -347,44 +347,33 @@ fn at_chosen_lr(
 /// contrast of the best interior depth against the best end, and the verdict by the report's
 /// rule (`findings::share_verdict`).
 fn depth_test(by: &BTreeMap<u64, (f64, Vec<f64>)>, seed: u64) -> String {
-    let groups: Vec<Vec<f64>> = by.values().map(|v| v.1.clone()).collect();
-    let depths: Vec<u64> = by.keys().copied().collect();
-    let n = groups.len();
+    let n = by.len();
     if n < 3 {
         return format!("  {n} depths: too few for an interior optimum\n");
     }
-    let p = bootstrap_best(&groups, BOOT, seed);
-    let mean = |i: usize| MeanCi::of(&groups[i]).mean;
-    let best = |interior: bool| {
-        (0..n)
-            .filter(|&i| (i > 0 && i + 1 < n) == interior)
-            .max_by(|&a, &b| mean(a).total_cmp(&mean(b)))
-            .expect("three depths")
-    };
-    let (i, e) = (best(true), best(false));
-    let (d, df) = welch(&groups[i], &groups[e]);
-    let share: f64 = p[1..n - 1].iter().sum();
-    let min_n = groups.iter().map(Vec::len).min().unwrap_or(0);
+    let s = findings::bootstrap_settings(
+        by.iter()
+            .map(|(l, (_, v))| ((*l as f64).to_bits(), v.clone()))
+            .collect(),
+        seed,
+    );
+    let interior = |i: usize, n: usize, _: f64| i > 0 && i + 1 < n;
+    let (share, _) = findings::share_and_best(&s.means, &s.p, &interior);
+    let (d, df, i, e) = findings::contrast(&s, &interior).expect("three depths");
+    let min_n = s.values.iter().map(Vec::len).min().unwrap_or(0);
     let v = findings::share_verdict(share, min_n, Some(&d));
-    let ps: Vec<String> = depths
-        .iter()
-        .zip(&p)
+    let ps: Vec<String> = by
+        .keys()
+        .zip(&s.p)
         .map(|(l, p)| format!("L = {l} {p:.3}"))
         .collect();
     format!(
-        "  P(best): {}; P(interior) = {share:.3}; C(L = {}) − C(L = {}) = {:+.2} [{:+.2}, {:+.2}] (Welch, df {df:.1}): {}\n",
+        "  P(best): {}; P(interior) = {share:.3}; C(L = {i}) − C(L = {e}) = {:+.2} [{:+.2}, {:+.2}] (Welch, df {df:.1}): {}\n",
         ps.join(", "),
-        depths[i],
-        depths[e],
         d.mean,
         d.lo,
         d.hi,
-        match v {
-            Verdict::Reproduced => "reproduced",
-            Verdict::NotReproduced => "not reproduced",
-            Verdict::Inconclusive => "inconclusive",
-            Verdict::NotTested => "not tested",
-        }
+        v.word().replace('_', " ")
     )
 }
 

@@ -280,14 +280,12 @@ fn cut_off_from_answers(dir: &Path, epoch: u64, budget: usize) -> Option<f64> {
     ]
     .into_iter()
     .find(|p| p.exists())?;
-    let text = crate::fsutil::read_text(&path).ok()?;
-    let (mut n, mut cut) = (0usize, 0usize);
-    for line in text.lines() {
-        let v: Value = serde_json::from_str(line).ok()?;
-        n += 1;
-        cut += usize::from(v.get("output")?.as_str()?.split_whitespace().count() >= budget);
-    }
-    (n > 0).then(|| cut as f64 / n as f64)
+    let outputs = crate::eval::answers::outputs(&path).ok()?;
+    let cut = outputs
+        .iter()
+        .filter(|(_, o)| crate::eval::answers::cut_off(o, budget))
+        .count();
+    (!outputs.is_empty()).then(|| cut as f64 / outputs.len() as f64)
 }
 
 /// Write the records as CSV: the fixed columns in order, then every other key sorted.

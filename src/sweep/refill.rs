@@ -2,15 +2,17 @@
 //! evaluation line of the retrained run must hold every figure the committed line holds (equal,
 //! or within 1e-12 relative where later code sums identical answers in another order), and each
 //! kept answer file must be the retrained run's answers, before the figures the retrained lines
-//! add are written into the committed `metrics.jsonl`, the committed figures left as they are.
+//! (or its tuning-split summaries) add are written into the committed `metrics.jsonl`, the
+//! committed figures left as they are.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
 
-use anyhow::{Context, Result, bail};
+use anyhow::{Result, bail};
 use serde_json::{Map, Value};
 
-use crate::fsutil::{read_text, write_atomic};
+use crate::eval::{self, answers::outputs};
+use crate::fsutil::write_atomic;
 use crate::rundir::EVAL;
 use crate::sweep::rescore::CLOSE;
 use crate::tags;
@@ -25,22 +27,6 @@ pub struct Refilled {
     pub answers: usize,
 }
 
-/// `(id, output)` of every line of an answers file.
-fn answers(path: &Path) -> Result<Vec<(u64, String)>> {
-    read_text(path)?
-        .lines()
-        .enumerate()
-        .map(|(i, l)| {
-            let v: Value = serde_json::from_str(l)
-                .with_context(|| format!("{}: line {}: not JSON", path.display(), i + 1))?;
-            match (v["id"].as_u64(), v["output"].as_str()) {
-                (Some(id), Some(o)) => Ok((id, o.to_string())),
-                _ => bail!("{}: line {}: no id and output", path.display(), i + 1),
-            }
-        })
-        .collect()
-}
-
 /// A committed figure and the retrained run's: equal, or numbers within `rescore::CLOSE` of each
 /// other relative (the summaries' sums of identical answers, in an order later code changed).
 fn same(committed: &Value, retrained: Option<&Value>) -> bool {
@@ -52,11 +38,18 @@ fn same(committed: &Value, retrained: Option<&Value>) -> bool {
 
 /// Fill `committed`'s evaluation lines from `retrained`'s (the same run trained again).
 pub fn refill(committed: &Path, retrained: &Path) -> Result<Refilled> {
-    let theirs: BTreeMap<u64, Map<String, Value>> = metrics::read_lines(retrained)?
+    let mut theirs: BTreeMap<u64, Map<String, Value>> = metrics::read_lines(retrained)?
         .into_iter()
         .filter(|l| l.contains_key(tags::VAL_LOSS))
         .filter_map(|l| Some((l.get("epoch")?.as_u64()?, l)))
         .collect();
+    // A run retrained by the code that trained it logs only what that code logged; the tuning
+    // split's figures come from `lab eval --split tune` on its epoch checkpoints instead.
+    for (epoch, line) in theirs.iter_mut() {
+        for (k, v) in eval::tune_figures_at(retrained, *epoch)?.unwrap_or_default() {
+            line.entry(k).or_insert_with(|| Value::from(v));
+        }
+    }
     let mut ours = metrics::read_lines(committed)?;
     let mut out = Refilled {
         lines: 0,
@@ -110,7 +103,7 @@ pub fn refill(committed: &Path, retrained: &Path) -> Result<Refilled> {
                 continue;
             }
             let theirs = retrained.join(EVAL).join(format!("{stem}.jsonl"));
-            if answers(&committed.join(EVAL).join(&name))? != answers(&theirs)? {
+            if outputs(&committed.join(EVAL).join(&name))? != outputs(&theirs)? {
                 bail!(
                     "{}: not the same run as {}: its answers differ",
                     theirs.display(),

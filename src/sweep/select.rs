@@ -8,8 +8,7 @@ use anyhow::{Context, Result, bail};
 use serde::{Deserialize, Serialize};
 use toml::Value;
 
-use crate::eval::{self, summary::Summary};
-use crate::rundir;
+use crate::eval;
 use crate::sweep::export;
 use crate::sweep::planned::Planned;
 use crate::tags;
@@ -135,15 +134,8 @@ fn tune_summary_figure(
     let Some(epoch) = last.filter(|_| metric.starts_with("tune/")) else {
         return Ok(None);
     };
-    let path = rundir::eval_stem(dir, epoch).with_extension("tune.summary.json");
-    let Ok(text) = std::fs::read_to_string(&path) else {
-        return Ok(None);
-    };
-    let summary: Summary = serde_json::from_str(&text)
-        .with_context(|| format!("{}: not an evaluation summary", path.display()))?;
-    Ok(eval::tune_figures(&summary)
-        .into_iter()
-        .find(|(k, _)| k == metric)
+    Ok(eval::tune_figures_at(dir, epoch)?
+        .and_then(|f| f.into_iter().find(|(k, _)| k == metric))
         .map(|(_, v)| v))
 }
 

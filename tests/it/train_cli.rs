@@ -1312,3 +1312,74 @@ fn a_committed_run_gains_the_figures_of_the_same_run_trained_again() {
     let err = String::from_utf8_lossy(&refill("a", 2).stderr).into_owned();
     assert!(err.contains("its answers differ"), "{err}");
 }
+
+/// A run retrained by the code that trained it (which logged no tuning-split C) gains its `tune/`
+/// figures from `lab eval --split tune` on each evaluated epoch's checkpoint: `lab sweep refill`
+/// reads them from the retrained run's tuning-split summaries, and the committed lines end as
+/// those of a run whose trainer logged them.
+#[test]
+fn a_refill_takes_the_tuning_figures_from_the_retrained_runs_tune_summaries() {
+    let tmp = tempfile::tempdir().unwrap();
+    let d = tmp.path();
+    let cfg = micro(d, "");
+    train(
+        d,
+        &cfg,
+        "a",
+        &["--set", "data.tune_base_paths_per_hop=3"],
+        0,
+    );
+    let lines: Vec<Value> = metrics(&d.join("a"));
+    let epochs: Vec<u64> = lines
+        .iter()
+        .filter(|l| l.get("tune/creativity").is_some())
+        .map(|l| l["epoch"].as_u64().unwrap())
+        .collect();
+    assert_eq!(epochs, [1, 2]);
+    // What older code logged: the tuning loss and no other tuning figure, no tuning summaries.
+    let old: String = lines
+        .iter()
+        .map(|l| {
+            let mut l = l.clone();
+            l.as_object_mut()
+                .unwrap()
+                .retain(|k, _| !k.starts_with("tune/") || k == "tune/loss");
+            l.to_string() + "\n"
+        })
+        .collect();
+    assert_ne!(
+        old,
+        lines
+            .iter()
+            .map(|l| l.to_string() + "\n")
+            .collect::<String>()
+    );
+    for run in ["old", "committed"] {
+        run_expect(
+            Command::new("cp")
+                .arg("-r")
+                .arg(d.join("a"))
+                .arg(d.join(run)),
+            0,
+        );
+        std::fs::write(d.join(run).join("metrics.jsonl"), &old).unwrap();
+        for e in std::fs::read_dir(d.join(run).join("eval")).unwrap() {
+            let p = e.unwrap().path();
+            if p.to_string_lossy().contains(".tune.") {
+                std::fs::remove_file(p).unwrap();
+            }
+        }
+    }
+    let refill = || run_expect(lab(d).args(["sweep", "refill", "committed", "old"]), 0);
+    let said = String::from_utf8_lossy(&refill().stdout).into_owned();
+    assert!(said.contains("0 evaluation lines"), "{said}");
+    for e in &epochs {
+        let epoch = e.to_string();
+        let args = ["eval", "--run", "old", "--epoch", &epoch, "--split", "tune"];
+        run_expect(lab(d).args(args).args(["--device", "cpu"]), 0);
+    }
+    let said = String::from_utf8_lossy(&refill().stdout).into_owned();
+    assert!(said.contains("2 evaluation lines gained"), "{said}");
+    assert!(said.contains("tune/creativity"), "{said}");
+    assert_eq!(metrics(&d.join("committed")), lines);
+}
