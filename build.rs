@@ -97,7 +97,11 @@ fn table(dir: &str) -> String {
 }
 
 /// The lab's CUDA kernel sources, each `src/<path>.cu` with its launch beside it.
-const KERNELS: &[&str] = &["src/train/adamw.cu"];
+const KERNELS: &[&str] = &[
+    "src/train/adamw.cu",
+    "src/model/ops/layer_norm.cu",
+    "src/model/ops/gelu.cu",
+];
 
 /// The PTX targets: `compute_80` JIT-compiles on any GPU from the A100 on (A100, L40S, H100),
 /// `sm_90a` is Hopper's own. src/cuda.rs picks one by the device's compute capability.

@@ -24,6 +24,32 @@ pub fn parse(spec: &str) -> Result<Device> {
     }
 }
 
+/// The PTX of one of the lab's CUDA kernel files, as build.rs compiles it: Hopper's own, and
+/// `compute_80`'s, which the driver compiles at load for any other GPU from the A100 on.
+#[cfg(feature = "cuda")]
+pub struct Ptx {
+    pub sm_90a: &'static str,
+    pub compute_80: &'static str,
+}
+
+/// The PTX of `p` for `dev`, or an error naming the module `name` on a GPU older than 8.0.
+#[cfg(feature = "cuda")]
+pub fn ptx(
+    dev: &candle_core::CudaDevice,
+    name: &str,
+    p: &'static Ptx,
+) -> candle_core::Result<&'static str> {
+    use candle_core::cuda_backend::WrapErr;
+    let ctx = dev.cuda_stream().context().clone();
+    match ctx.compute_capability().w()? {
+        (9, 0) => Ok(p.sm_90a),
+        (major, _) if major >= 8 => Ok(p.compute_80),
+        (major, minor) => {
+            candle_core::bail!("{name}: compute capability {major}.{minor}; 8.0 or later needed")
+        }
+    }
+}
+
 #[cfg(feature = "cuda")]
 fn cuda(n: usize) -> Result<Device> {
     // `cuda_is_available()` is true whenever the feature is built; only opening the device

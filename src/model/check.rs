@@ -1,6 +1,7 @@
 //! `lab kernel-check`: every lab kernel, forward and backward, against its definition
 //! (`ops::reference`) at the shapes of real configs, on fresh random inputs, as a table; on
-//! CUDA, the kernels that have a CUDA version (the optimizer) against their CPU version.
+//! CUDA, the kernels that have a CUDA version (LayerNorm, GELU, the optimizer) against their
+//! CPU version.
 
 use std::fmt::Write as _;
 
@@ -64,11 +65,11 @@ pub fn random(rng: &mut ChaCha8Rng, shape: &[usize], scale: f32) -> Result<Tenso
     Tensor::from_vec(v, shape, &Device::Cpu)
 }
 
-/// The inputs as variables, and `op`'s output on them.
-fn forward(op: Op, inputs: &[Tensor]) -> Result<(Vec<Var>, Tensor)> {
+/// The inputs as variables on `device`, and `op`'s output on them.
+fn forward(op: Op, inputs: &[Tensor], device: &Device) -> Result<(Vec<Var>, Tensor)> {
     let vars = inputs
         .iter()
-        .map(Var::from_tensor)
+        .map(|t| Var::from_tensor(&t.to_device(device)?))
         .collect::<Result<Vec<_>>>()?;
     let ts: Vec<Tensor> = vars.iter().map(|v| v.as_tensor().clone()).collect();
     let y = op(&ts)?;
@@ -77,7 +78,7 @@ fn forward(op: Op, inputs: &[Tensor]) -> Result<(Vec<Var>, Tensor)> {
 
 /// The gradients of Σ y · r with respect to each variable.
 fn backward(vars: &[Var], y: &Tensor, r: &Tensor) -> Result<Vec<Tensor>> {
-    let grads = (y * r)?.sum_all()?.backward()?;
+    let grads = (y * r.to_device(y.device())?)?.sum_all()?.backward()?;
     vars.iter()
         .map(|v| {
             grads
@@ -88,18 +89,19 @@ fn backward(vars: &[Var], y: &Tensor, r: &Tensor) -> Result<Vec<Tensor>> {
         .collect()
 }
 
-/// The rows of one kernel: its forward and the gradient of each input named in `names`.
+/// The rows of one kernel: its forward and the gradient of each input named in `names`, the
+/// kernel on `device`, its definition on the CPU.
 fn compare(
     rng: &mut ChaCha8Rng,
     (config, op, names): (&str, &'static str, &[&str]),
-    fused: Op,
+    (fused, device): (Op, &Device),
     reference: Op,
     inputs: &[Tensor],
 ) -> Result<Vec<Row>> {
-    let (v1, y1) = forward(fused, inputs)?;
+    let (v1, y1) = forward(fused, inputs, device)?;
     let r = random(rng, y1.dims(), 1.0)?;
     let g1 = backward(&v1, &y1, &r)?;
-    let (v2, y2) = forward(reference, inputs)?;
+    let (v2, y2) = forward(reference, inputs, &Device::Cpu)?;
     let g2 = backward(&v2, &y2, &r)?;
     let shape = inputs
         .iter()
@@ -122,8 +124,14 @@ fn compare(
 }
 
 /// Every kernel at the shapes of `cfg` (its width, heads and vocabulary; a batch of 64
-/// sequences of 12 to 26 tokens, half its rows at loss positions), inputs drawn from `rng`.
-pub fn check_config(name: &str, cfg: &Config, rng: &mut ChaCha8Rng) -> Result<Vec<Row>> {
+/// sequences of 12 to 26 tokens, half its rows at loss positions), inputs drawn from `rng`, on
+/// `device`: on CUDA the kernels with a CUDA version (LayerNorm and GELU so far).
+pub fn check_config(
+    name: &str,
+    cfg: &Config,
+    device: &Device,
+    rng: &mut ChaCha8Rng,
+) -> Result<Vec<Row>> {
     let g = GptConfig::new(cfg, Vocab::of_config(&cfg.graph).n_tokens());
     let (e, h, v) = (g.n_embd, g.n_head, g.vocab_size);
     let lens: Vec<usize> = (0..SEQUENCES)
@@ -139,11 +147,17 @@ pub fn check_config(name: &str, cfg: &Config, rng: &mut ChaCha8Rng) -> Result<Ve
     rows.extend(compare(
         rng,
         (name, "layer_norm", &["x", "w", "b"]),
-        &|t| ops::layer_norm(&t[0], &t[1], &t[2]),
+        (&|t| ops::layer_norm(&t[0], &t[1], &t[2]), device),
         &|t| ops::reference::layer_norm(&t[0], &t[1], &t[2]),
         &ln,
     )?);
-    for (op, out) in [("linear c_attn", 3 * e), ("linear c_fc", 4 * e)] {
+    // The ops with a CPU kernel only.
+    let cpu_only: &[(&str, usize)] = if device.is_cpu() {
+        &[("linear c_attn", 3 * e), ("linear c_fc", 4 * e)]
+    } else {
+        &[]
+    };
+    for &(op, out) in cpu_only {
         let lin = [
             random(rng, &[n, e], 1.0)?,
             random(rng, &[e, out], 0.1)?,
@@ -152,7 +166,7 @@ pub fn check_config(name: &str, cfg: &Config, rng: &mut ChaCha8Rng) -> Result<Ve
         rows.extend(compare(
             rng,
             (name, op, &["x", "w", "b"]),
-            &|t| ops::linear(&t[0], &t[1], &t[2]),
+            (&|t| ops::linear(&t[0], &t[1], &t[2]), device),
             &|t| ops::reference::linear(&t[0], &t[1], &t[2]),
             &lin,
         )?);
@@ -161,15 +175,18 @@ pub fn check_config(name: &str, cfg: &Config, rng: &mut ChaCha8Rng) -> Result<Ve
     rows.extend(compare(
         rng,
         (name, "gelu", &["x"]),
-        &|t| ops::gelu(&t[0]),
+        (&|t| ops::gelu(&t[0]), device),
         &|t| ops::reference::gelu(&t[0]),
         &[x],
     )?);
+    if !device.is_cpu() {
+        return Ok(rows);
+    }
     let qkv = random(rng, &[n, 3 * e], 1.0)?;
     rows.extend(compare(
         rng,
         (name, "causal_attention", &["qkv"]),
-        &|t| ops::causal_attention(&t[0], &lens, h),
+        (&|t| ops::causal_attention(&t[0], &lens, h), device),
         &|t| ops::reference::causal_attention(&t[0], &lens, h),
         &[qkv],
     )?);
@@ -185,7 +202,7 @@ pub fn check_config(name: &str, cfg: &Config, rng: &mut ChaCha8Rng) -> Result<Ve
     rows.extend(compare(
         rng,
         (name, "head_cross_entropy", &["x", "wte"]),
-        &|t| ops::head_cross_entropy(&t[0], &t[1], &targets),
+        (&|t| ops::head_cross_entropy(&t[0], &t[1], &targets), device),
         &|t| ops::reference::head_cross_entropy(&t[0], &t[1], &targets),
         &head,
     )?);
@@ -205,26 +222,33 @@ const CPU_MODEL_ROWS_MAX_PARAMS: u64 = 20_000_000;
 
 /// The kernels of every config on `device`, inputs from `seed`: on the CPU every op, the
 /// optimizer and the whole model's gradients (composed against fused, fp32 and bf16); on CUDA
-/// the optimizer and the whole model's gradients in fp32 (TF32 off) and bf16 against the CPU's
-/// fused fp32 model (the ops have no CUDA version yet).
+/// the ops with a CUDA kernel (LayerNorm, GELU) against their definitions on the CPU, the
+/// optimizer, and the whole model's gradients in fp32 (TF32 off) and bf16, composed and with
+/// the lab's kernels, against the CPU's fused fp32 model.
 pub fn check(configs: &[(String, Config)], device: &Device, seed: u64) -> Result<Vec<Row>> {
     let mut rng = ChaCha8Rng::seed_from_u64(seed);
     let mut rows = Vec::new();
     for (name, cfg) in configs {
         let g = GptConfig::new(cfg, Vocab::of_config(&cfg.graph).n_tokens());
-        if device.is_cpu() {
-            rows.extend(check_config(name, cfg, &mut rng)?);
-        }
+        rows.extend(check_config(name, cfg, device, &mut rng)?);
         rows.extend(crate::train::adamw::check::rows(
             name, &g, device, &mut rng,
         )?);
         if device.is_cpu() && g.total_params() > CPU_MODEL_ROWS_MAX_PARAMS {
             continue;
         }
+        // On a GPU the model with the lab's CUDA kernels too.
+        let kernels: &[Kernels] = if device.is_cpu() {
+            &[Kernels::Composed]
+        } else {
+            &[Kernels::Composed, Kernels::Fused]
+        };
         for p in [Precision::Fp32, Precision::Bf16] {
             crate::device::tf32(p == Precision::Bf16);
-            let on = (device, p, Kernels::Composed);
-            rows.extend(crate::model::grad_check::rows(name, &g, on, &mut rng)?);
+            for &k in kernels {
+                let on = (device, p, k);
+                rows.extend(crate::model::grad_check::rows(name, &g, on, &mut rng)?);
+            }
         }
     }
     Ok(rows)

@@ -414,15 +414,21 @@ impl Gpt {
         self.wte.device()
     }
 
-    /// The kernels the model's ops run: `kernels` on the CPU; elsewhere the composed ones, as
-    /// the lab's fused ops have no CUDA version yet (on CUDA `--kernels fused` chooses the lab's
-    /// optimizer kernels only).
+    /// The kernels the model's ops without a CUDA kernel run (the linear layer, attention, the
+    /// head): `kernels` on the CPU; elsewhere the composed ones.
     pub fn ops(&self) -> Kernels {
-        if self.device().is_cpu() {
-            self.kernels
+        if self.fused(false) {
+            Kernels::Fused
         } else {
             Kernels::Composed
         }
+    }
+
+    /// Whether an op runs the lab's kernel: every op with the fused kernels on the CPU; on
+    /// CUDA with `--kernels fused`, an op whose kernel `has_cuda` (LayerNorm and GELU so far;
+    /// off by default until a GPU check has passed them).
+    fn fused(&self, has_cuda: bool) -> bool {
+        self.kernels == Kernels::Fused && (self.device().is_cpu() || has_cuda)
     }
 
     /// Train and decode in `p`. bf16 runs on the composed kernels (the fused CPU kernels are
@@ -456,9 +462,10 @@ impl Gpt {
         (w, b): &(Tensor, Tensor),
         runs: &ops::Runs,
     ) -> Result<Tensor> {
-        match self.ops() {
-            Kernels::Fused => ops::layer_norm_runs(x, w, b, runs),
-            Kernels::Composed => ops::reference::layer_norm(x, w, b),
+        if self.fused(true) {
+            ops::layer_norm_runs(x, w, b, runs)
+        } else {
+            ops::reference::layer_norm(x, w, b)
         }
     }
 
@@ -471,9 +478,10 @@ impl Gpt {
     }
 
     fn gelu(&self, x: &Tensor) -> Result<Tensor> {
-        match self.ops() {
-            Kernels::Fused => ops::gelu(x),
-            Kernels::Composed => ops::reference::gelu(x),
+        if self.fused(true) {
+            ops::gelu(x)
+        } else {
+            ops::reference::gelu(x)
         }
     }
 

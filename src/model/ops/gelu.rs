@@ -47,6 +47,12 @@ impl Kernel for Gelu {
         Ok((y, xs[0].shape().clone()))
     }
 
+    /// On a GPU the tanh is computed again by the backward (one thread an element).
+    #[cfg(feature = "cuda")]
+    fn cuda(&self, xs: &[CudaIn]) -> Result<(candle_core::CudaStorage, Shape)> {
+        Ok((cuda::gelu(&xs[0], None)?, xs[0].shape().clone()))
+    }
+
     fn bwd(&self, xs: &[&Tensor], dy: &Tensor) -> Result<Vec<Option<Tensor>>> {
         let tanh = std::mem::take(&mut *self.tanh.lock().expect("gelu tanh"));
         let bwd = GeluBwd {
@@ -63,6 +69,11 @@ struct GeluBwd {
 
 impl Kernel for GeluBwd {
     const NAME: &'static str = "lab-gelu-bwd";
+
+    #[cfg(feature = "cuda")]
+    fn cuda(&self, xs: &[CudaIn]) -> Result<(candle_core::CudaStorage, Shape)> {
+        Ok((cuda::gelu(&xs[0], Some(&xs[1]))?, xs[0].shape().clone()))
+    }
 
     fn cpu(&self, xs: &[In]) -> Result<(Vec<f32>, Shape)> {
         let (x, dy) = (xs[0].f32::<Self>()?, xs[1].f32::<Self>()?);

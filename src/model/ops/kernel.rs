@@ -1,10 +1,13 @@
 //! The one adapter every lab op goes through: a `Kernel` gives its name, its CPU forward over
-//! contiguous inputs and its backward; `apply` and `apply_no_bwd` run it as a candle op.
+//! contiguous inputs (and its CUDA one, where it has one) and its backward; `apply` and
+//! `apply_no_bwd` run it as a candle op.
 
 use candle_core::{
     CpuStorage, CustomOp1, CustomOp2, CustomOp3, Layout, Result, Shape, Tensor, bail,
 };
 
+#[cfg(feature = "cuda")]
+use super::cuda::CudaIn;
 use super::{f32s, u32s};
 use crate::model::profile;
 
@@ -36,6 +39,12 @@ pub trait Kernel: Send + Sync {
     /// The output and its shape from the inputs, in `apply`'s order.
     fn cpu(&self, xs: &[In]) -> Result<(Vec<f32>, Shape)>;
 
+    /// The output and its shape from the inputs on a GPU, where the kernel has a CUDA version.
+    #[cfg(feature = "cuda")]
+    fn cuda(&self, _xs: &[CudaIn]) -> Result<(candle_core::CudaStorage, Shape)> {
+        bail!("{}: no CUDA version", Self::NAME)
+    }
+
     /// The inputs' gradients (None for one without) from the inputs and the output's
     /// gradient. Asked only of a kernel run by `apply`.
     fn bwd(&self, _xs: &[&Tensor], _dy: &Tensor) -> Result<Vec<Option<Tensor>>> {
@@ -53,6 +62,12 @@ impl<K: Kernel> Op<K> {
         Ok((CpuStorage::F32(y), shape))
     }
 
+    #[cfg(feature = "cuda")]
+    fn run_cuda(&self, xs: &[CudaIn]) -> Result<(candle_core::CudaStorage, Shape)> {
+        let _t = profile::span(K::NAME);
+        self.0.cuda(xs)
+    }
+
     fn grads<const N: usize>(&self, xs: [&Tensor; N], dy: &Tensor) -> Result<[Option<Tensor>; N]> {
         let mut g = self.0.bwd(&xs, dy)?.into_iter();
         Ok(std::array::from_fn(|_| g.next().flatten()))
@@ -66,6 +81,15 @@ impl<K: Kernel> CustomOp1 for Op<K> {
 
     fn cpu_fwd(&self, s: &CpuStorage, l: &Layout) -> Result<(CpuStorage, Shape)> {
         self.run(&[In { s, l }])
+    }
+
+    #[cfg(feature = "cuda")]
+    fn cuda_fwd(
+        &self,
+        s: &candle_core::CudaStorage,
+        l: &Layout,
+    ) -> Result<(candle_core::CudaStorage, Shape)> {
+        self.run_cuda(&[CudaIn { s, l }])
     }
 
     fn bwd(&self, x: &Tensor, _y: &Tensor, dy: &Tensor) -> Result<Option<Tensor>> {
@@ -87,6 +111,17 @@ impl<K: Kernel> CustomOp2 for Op<K> {
         l2: &Layout,
     ) -> Result<(CpuStorage, Shape)> {
         self.run(&[In { s: s1, l: l1 }, In { s: s2, l: l2 }])
+    }
+
+    #[cfg(feature = "cuda")]
+    fn cuda_fwd(
+        &self,
+        s1: &candle_core::CudaStorage,
+        l1: &Layout,
+        s2: &candle_core::CudaStorage,
+        l2: &Layout,
+    ) -> Result<(candle_core::CudaStorage, Shape)> {
+        self.run_cuda(&[CudaIn { s: s1, l: l1 }, CudaIn { s: s2, l: l2 }])
     }
 
     fn bwd(
@@ -119,6 +154,24 @@ impl<K: Kernel> CustomOp3 for Op<K> {
             In { s: s1, l: l1 },
             In { s: s2, l: l2 },
             In { s: s3, l: l3 },
+        ])
+    }
+
+    #[cfg(feature = "cuda")]
+    #[allow(clippy::too_many_arguments)]
+    fn cuda_fwd(
+        &self,
+        s1: &candle_core::CudaStorage,
+        l1: &Layout,
+        s2: &candle_core::CudaStorage,
+        l2: &Layout,
+        s3: &candle_core::CudaStorage,
+        l3: &Layout,
+    ) -> Result<(candle_core::CudaStorage, Shape)> {
+        self.run_cuda(&[
+            CudaIn { s: s1, l: l1 },
+            CudaIn { s: s2, l: l2 },
+            CudaIn { s: s3, l: l3 },
         ])
     }
 

@@ -9,6 +9,30 @@ struct LayerNorm {
     runs: Runs,
 }
 
+#[cfg(feature = "cuda")]
+impl LayerNorm {
+    /// The rows and width of x for the CUDA kernels, which take a run alone (a pack trains on
+    /// the CPU).
+    fn cuda_rows(runs: &Runs, x: &Shape, w: &Shape) -> Result<(usize, usize)> {
+        if runs.len() != 1 {
+            bail!(
+                "{}: a pack of {} runs on a GPU; packs train on the CPU",
+                Self::NAME,
+                runs.len()
+            );
+        }
+        let c = w.elem_count();
+        if c == 0 || x.elem_count() % c != 0 {
+            bail!(
+                "{}: {} values are not rows of {c}",
+                Self::NAME,
+                x.elem_count()
+            );
+        }
+        Ok((x.elem_count() / c, c))
+    }
+}
+
 #[inline(always)]
 fn ln_row_stats(x: &[f32]) -> (f32, f32) {
     let c = x.len() as f32;
@@ -52,6 +76,13 @@ impl Kernel for LayerNorm {
         Ok((y, xs[0].shape().clone()))
     }
 
+    #[cfg(feature = "cuda")]
+    fn cuda(&self, xs: &[CudaIn]) -> Result<(candle_core::CudaStorage, Shape)> {
+        let (rows, c) = Self::cuda_rows(&self.runs, xs[0].shape(), xs[1].shape())?;
+        let y = cuda::layer_norm(&xs[0], &xs[1], &xs[2], rows, c)?;
+        Ok((y, xs[0].shape().clone()))
+    }
+
     fn bwd(&self, xs: &[&Tensor], dy: &Tensor) -> Result<Vec<Option<Tensor>>> {
         let bwd = LayerNormBwd {
             runs: self.runs.clone(),
@@ -89,6 +120,13 @@ struct LayerNormBwd {
 
 impl Kernel for LayerNormBwd {
     const NAME: &'static str = "lab-layer-norm-bwd";
+
+    #[cfg(feature = "cuda")]
+    fn cuda(&self, xs: &[CudaIn]) -> Result<(candle_core::CudaStorage, Shape)> {
+        let (rows, c) = LayerNorm::cuda_rows(&self.runs, xs[0].shape(), xs[1].shape())?;
+        let out = cuda::layer_norm_bwd(&xs[0], &xs[1], &xs[2], rows, c)?;
+        Ok((out, Shape::from(rows * c + 2 * c)))
+    }
 
     fn cpu(&self, xs: &[In]) -> Result<(Vec<f32>, Shape)> {
         let (x, w, dy) = (

@@ -14,6 +14,10 @@ use rayon::prelude::*;
 use crate::model::fastmath;
 
 mod attention;
+#[cfg(feature = "cuda")]
+mod cuda;
+#[cfg(test)]
+mod cuda_host;
 mod gelu;
 mod head;
 mod kernel;
@@ -23,6 +27,8 @@ pub mod reference;
 #[cfg(test)]
 mod tests;
 
+#[cfg(feature = "cuda")]
+use cuda::CudaIn;
 use kernel::{In, Kernel, apply, apply_no_bwd};
 
 pub use attention::causal_attention;
@@ -84,6 +90,17 @@ impl Runs {
         }
         Ok(len / self.0.len())
     }
+}
+
+/// The CUDA kernels' launch shapes, as `layer_norm.cu` and `gelu.cu` define them (a host test
+/// holds them equal).
+#[cfg(any(test, feature = "cuda"))]
+mod cuda_shape {
+    /// Threads of a LayerNorm block, and rows of a backward block.
+    pub const LN_THREADS: u32 = 128;
+    pub const LN_ROWS: usize = 32;
+    /// Threads of a GELU block, one an element.
+    pub const GELU_THREADS: u32 = 256;
 }
 
 /// LayerNorm epsilon (SPEC §5, as in HF GPT-2).

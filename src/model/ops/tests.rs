@@ -8,7 +8,7 @@ use super::head::HEAD_CHUNK;
 use super::*;
 
 /// Deterministic values in [-1, 1) from a small LCG.
-fn values(shape: &[usize], seed: u64) -> Tensor {
+pub(super) fn values(shape: &[usize], seed: u64) -> Tensor {
     let n: usize = shape.iter().product();
     let mut x = seed.wrapping_mul(6_364_136_223_846_793_005).wrapping_add(1);
     let v: Vec<f32> = (0..n)
@@ -24,7 +24,10 @@ fn values(shape: &[usize], seed: u64) -> Tensor {
 
 /// The output of `f` on `inputs` and the gradients of Σ output·r (r fixed and random)
 /// with respect to each input.
-fn run(f: &dyn Fn(&[Tensor]) -> Result<Tensor>, inputs: &[Tensor]) -> (Tensor, Vec<Tensor>) {
+pub(super) fn run(
+    f: &dyn Fn(&[Tensor]) -> Result<Tensor>,
+    inputs: &[Tensor],
+) -> (Tensor, Vec<Tensor>) {
     run_seeded(f, inputs, &|y| values(y.dims(), 99))
 }
 

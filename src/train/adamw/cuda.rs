@@ -15,21 +15,10 @@ unsafe impl candle_core::cuda::cudarc::driver::DeviceRepr for Scalars {}
 
 const MODULE: &str = "lab-adamw";
 
-/// The kernels' PTX for a device: Hopper's own, or `compute_80`'s for any other GPU from the
-/// A100 on (the driver compiles it for the GPU at load).
-fn ptx(dev: &CudaDevice) -> Result<&'static str> {
-    let ctx = dev.cuda_stream().context().clone();
-    match ctx.compute_capability().w()? {
-        (9, 0) => Ok(include_str!(concat!(env!("OUT_DIR"), "/adamw.sm_90a.ptx"))),
-        (major, _) if major >= 8 => Ok(include_str!(concat!(
-            env!("OUT_DIR"),
-            "/adamw.compute_80.ptx"
-        ))),
-        (major, minor) => {
-            bail!("lab-adamw: compute capability {major}.{minor}; 8.0 or later needed")
-        }
-    }
-}
+static PTX: crate::device::Ptx = crate::device::Ptx {
+    sm_90a: include_str!(concat!(env!("OUT_DIR"), "/adamw.sm_90a.ptx")),
+    compute_80: include_str!(concat!(env!("OUT_DIR"), "/adamw.compute_80.ptx")),
+};
 
 /// The partial sums of the norm, one per block of all the launches, kept across steps.
 pub struct Launcher {
@@ -87,7 +76,7 @@ impl Launcher {
             })
             .collect::<Result<Vec<_>>>()?;
         let launches = multi_tensor::tables(&entries);
-        let ptx = ptx(dev)?;
+        let ptx = crate::device::ptx(dev, MODULE, &PTX)?;
         let sumsq = dev.get_or_load_custom_func("lab_sumsq", MODULE, ptx)?;
         let finish = dev.get_or_load_custom_func("lab_norm_finish", MODULE, ptx)?;
         let adamw = dev.get_or_load_custom_func("lab_adamw", MODULE, ptx)?;

@@ -1,0 +1,168 @@
+//! The launches of the lab ops' CUDA kernels (`layer_norm.cu`, `gelu.cu`): inputs as the
+//! contiguous f32 views of their storage, outputs freshly allocated on the inputs' device.
+
+use candle_core::backend::BackendStorage;
+use candle_core::cuda::cudarc::driver::{CudaView, LaunchConfig, PushKernelArg};
+use candle_core::cuda_backend::WrapErr;
+use candle_core::{CudaDevice, CudaStorage, Layout, Result, bail};
+
+use super::cuda_shape::{GELU_THREADS, LN_ROWS, LN_THREADS};
+
+/// One contiguous input of a kernel on the GPU.
+pub struct CudaIn<'a> {
+    pub s: &'a CudaStorage,
+    pub l: &'a Layout,
+}
+
+impl<'a> CudaIn<'a> {
+    /// The f32 values, or an error naming `op`.
+    pub fn f32(&self, op: &str) -> Result<CudaView<'a, f32>> {
+        let Some((a, b)) = self.l.contiguous_offsets() else {
+            bail!("{op}: input must be contiguous")
+        };
+        Ok(self.s.as_cuda_slice::<f32>()?.slice(a..b))
+    }
+
+    pub fn shape(&self) -> &'a candle_core::Shape {
+        self.l.shape()
+    }
+
+    pub fn device(&self) -> &'a CudaDevice {
+        self.s.device()
+    }
+}
+
+fn blocks(n: usize, per: usize) -> LaunchConfig {
+    LaunchConfig {
+        grid_dim: (n.div_ceil(per) as u32, 1, 1),
+        block_dim: (per as u32, 1, 1),
+        shared_mem_bytes: 0,
+    }
+}
+
+/// LayerNorm of `rows` rows of `c` with weights `w` and `b` (c each): one block a row.
+pub fn layer_norm(
+    x: &CudaIn,
+    w: &CudaIn,
+    b: &CudaIn,
+    rows: usize,
+    c: usize,
+) -> Result<CudaStorage> {
+    const OP: &str = "lab-layer-norm";
+    let dev = x.device();
+    // SAFETY: every element is written below (a block a row, every column of it).
+    let mut y = unsafe { dev.alloc::<f32>(rows * c) }?;
+    if rows > 0 {
+        let ptx = crate::device::ptx(dev, "lab-layer-norm", &LAYER_NORM_PTX)?;
+        let f = dev.get_or_load_custom_func("lab_ln_fwd", OP, ptx)?;
+        let (xv, wv, bv, c32) = (x.f32(OP)?, w.f32(OP)?, b.f32(OP)?, c as i32);
+        let mut l = f.builder();
+        l.arg(&xv).arg(&wv).arg(&bv).arg(&mut y).arg(&c32);
+        let cfg = LaunchConfig {
+            grid_dim: (rows as u32, 1, 1),
+            block_dim: (LN_THREADS, 1, 1),
+            shared_mem_bytes: 0,
+        };
+        // SAFETY: x and y hold rows·c values, w and b c each (checked by the caller).
+        unsafe { l.launch(cfg) }.w()?;
+    }
+    Ok(CudaStorage::wrap_cuda_slice(y, dev.clone()))
+}
+
+/// The LayerNorm backward: dx (rows·c), then dw and db (c each), in one flat buffer as the CPU
+/// kernel packs them. dw and db are summed per block of `LN_ROWS` rows, then over the blocks
+/// in order by a second launch.
+pub fn layer_norm_bwd(
+    x: &CudaIn,
+    w: &CudaIn,
+    dy: &CudaIn,
+    rows: usize,
+    c: usize,
+) -> Result<CudaStorage> {
+    const OP: &str = "lab-layer-norm-bwd";
+    let dev = x.device();
+    let n = rows * c;
+    if rows == 0 {
+        return Ok(CudaStorage::wrap_cuda_slice(
+            dev.alloc_zeros::<f32>(2 * c)?,
+            dev.clone(),
+        ));
+    }
+    let ptx = crate::device::ptx(dev, "lab-layer-norm", &LAYER_NORM_PTX)?;
+    let bwd = dev.get_or_load_custom_func("lab_ln_bwd", "lab-layer-norm", ptx)?;
+    let sum = dev.get_or_load_custom_func("lab_ln_bwd_sum", "lab-layer-norm", ptx)?;
+    let nblocks = rows.div_ceil(LN_ROWS);
+    // SAFETY: the first launch writes every dx and every block's 2c partial sums, the second
+    // every one of the 2c sums after dx.
+    let mut out = unsafe { dev.alloc::<f32>(n + 2 * c) }?;
+    let mut partials = unsafe { dev.alloc::<f32>(nblocks * 2 * c) }?;
+    let (xv, wv, dyv) = (x.f32(OP)?, w.f32(OP)?, dy.f32(OP)?);
+    let (r32, c32, b32, c2) = (rows as i32, c as i32, nblocks as i32, 2 * c as i32);
+    let mut l = bwd.builder();
+    l.arg(&xv)
+        .arg(&wv)
+        .arg(&dyv)
+        .arg(&mut out)
+        .arg(&mut partials)
+        .arg(&r32)
+        .arg(&c32);
+    let cfg = LaunchConfig {
+        grid_dim: (nblocks as u32, 1, 1),
+        block_dim: (LN_THREADS, 1, 1),
+        shared_mem_bytes: 0,
+    };
+    // SAFETY: x, dy and dx hold rows·c values, w c, the partials a block's 2c each.
+    unsafe { l.launch(cfg) }.w()?;
+    let mut dwdb = out.slice_mut(n..);
+    let mut l = sum.builder();
+    l.arg(&partials).arg(&b32).arg(&c2).arg(&mut dwdb);
+    // SAFETY: the partials hold nblocks·2c values, dwdb 2c.
+    unsafe { l.launch(blocks(2 * c, 256)) }.w()?;
+    Ok(CudaStorage::wrap_cuda_slice(out, dev.clone()))
+}
+
+/// GELU (`dy` None) or its backward of each element: one thread an element.
+pub fn gelu(x: &CudaIn, dy: Option<&CudaIn>) -> Result<CudaStorage> {
+    const OP: &str = "lab-gelu";
+    let dev = x.device();
+    let xv = x.f32(OP)?;
+    let n = xv.len();
+    // SAFETY: every element is written below.
+    let mut y = unsafe { dev.alloc::<f32>(n) }?;
+    if n > 0 {
+        let ptx = crate::device::ptx(dev, OP, &GELU_PTX)?;
+        let n64 = n as i64;
+        let cfg = blocks(n, GELU_THREADS as usize);
+        match dy {
+            None => {
+                let f = dev.get_or_load_custom_func("lab_gelu_fwd", OP, ptx)?;
+                let mut l = f.builder();
+                l.arg(&xv).arg(&mut y).arg(&n64);
+                // SAFETY: x and y hold n values.
+                unsafe { l.launch(cfg) }.w()?;
+            }
+            Some(dy) => {
+                let dyv = dy.f32(OP)?;
+                if dyv.len() != n {
+                    bail!("{OP}: {n} inputs and {} gradients", dyv.len());
+                }
+                let f = dev.get_or_load_custom_func("lab_gelu_bwd", OP, ptx)?;
+                let mut l = f.builder();
+                l.arg(&xv).arg(&dyv).arg(&mut y).arg(&n64);
+                // SAFETY: x, dy and dx hold n values.
+                unsafe { l.launch(cfg) }.w()?;
+            }
+        }
+    }
+    Ok(CudaStorage::wrap_cuda_slice(y, dev.clone()))
+}
+
+/// Each module's PTX: Hopper's own, and `compute_80`'s for any other GPU from the A100 on.
+static LAYER_NORM_PTX: crate::device::Ptx = crate::device::Ptx {
+    sm_90a: include_str!(concat!(env!("OUT_DIR"), "/layer_norm.sm_90a.ptx")),
+    compute_80: include_str!(concat!(env!("OUT_DIR"), "/layer_norm.compute_80.ptx")),
+};
+static GELU_PTX: crate::device::Ptx = crate::device::Ptx {
+    sm_90a: include_str!(concat!(env!("OUT_DIR"), "/gelu.sm_90a.ptx")),
+    compute_80: include_str!(concat!(env!("OUT_DIR"), "/gelu.compute_80.ptx")),
+};
