@@ -32,12 +32,18 @@ impl<'a> CudaIn<'a> {
     }
 }
 
-fn blocks(n: usize, per: usize) -> LaunchConfig {
+/// `blocks` blocks of `threads` threads.
+fn grid(blocks: usize, threads: u32) -> LaunchConfig {
     LaunchConfig {
-        grid_dim: (n.div_ceil(per) as u32, 1, 1),
-        block_dim: (per as u32, 1, 1),
+        grid_dim: (blocks as u32, 1, 1),
+        block_dim: (threads, 1, 1),
         shared_mem_bytes: 0,
     }
+}
+
+/// Enough blocks of `per` threads for one thread an element of `n`.
+fn blocks(n: usize, per: usize) -> LaunchConfig {
+    grid(n.div_ceil(per), per as u32)
 }
 
 /// LayerNorm of `rows` rows of `c` with weights `w` and `b` (c each): one block a row.
@@ -58,13 +64,8 @@ pub fn layer_norm(
         let (xv, wv, bv, c32) = (x.f32(OP)?, w.f32(OP)?, b.f32(OP)?, c as i32);
         let mut l = f.builder();
         l.arg(&xv).arg(&wv).arg(&bv).arg(&mut y).arg(&c32);
-        let cfg = LaunchConfig {
-            grid_dim: (rows as u32, 1, 1),
-            block_dim: (LN_THREADS, 1, 1),
-            shared_mem_bytes: 0,
-        };
         // SAFETY: x and y hold rows·c values, w and b c each (checked by the caller).
-        unsafe { l.launch(cfg) }.w()?;
+        unsafe { l.launch(grid(rows, LN_THREADS)) }.w()?;
     }
     Ok(CudaStorage::wrap_cuda_slice(y, dev.clone()))
 }
@@ -106,13 +107,8 @@ pub fn layer_norm_bwd(
         .arg(&mut partials)
         .arg(&r32)
         .arg(&c32);
-    let cfg = LaunchConfig {
-        grid_dim: (nblocks as u32, 1, 1),
-        block_dim: (LN_THREADS, 1, 1),
-        shared_mem_bytes: 0,
-    };
     // SAFETY: x, dy and dx hold rows·c values, w c, the partials a block's 2c each.
-    unsafe { l.launch(cfg) }.w()?;
+    unsafe { l.launch(grid(nblocks, LN_THREADS)) }.w()?;
     let mut dwdb = out.slice_mut(n..);
     let mut l = sum.builder();
     l.arg(&partials).arg(&b32).arg(&c2).arg(&mut dwdb);
