@@ -101,6 +101,7 @@ const KERNELS: &[&str] = &[
     "src/train/adamw.cu",
     "src/model/ops/layer_norm.cu",
     "src/model/ops/gelu.cu",
+    "src/model/ops/attention.cu",
 ];
 
 /// The PTX targets: `compute_80` JIT-compiles on any GPU from the A100 on (A100, L40S, H100),

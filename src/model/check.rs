@@ -1,6 +1,6 @@
 //! `lab kernel-check`: every lab kernel, forward and backward, against its definition
 //! (`ops::reference`) at the shapes of real configs, on fresh random inputs, as a table; on
-//! CUDA, the kernels that have a CUDA version (LayerNorm, GELU, the optimizer) against their
+//! CUDA, the kernels that have a CUDA version (LayerNorm, GELU, attention, the optimizer) against their
 //! CPU version.
 
 use std::fmt::Write as _;
@@ -125,7 +125,7 @@ fn compare(
 
 /// Every kernel at the shapes of `cfg` (its width, heads and vocabulary; a batch of 64
 /// sequences of 12 to 26 tokens, half its rows at loss positions), inputs drawn from `rng`, on
-/// `device`: on CUDA the kernels with a CUDA version (LayerNorm and GELU so far).
+/// `device`: on CUDA the kernels with a CUDA version (LayerNorm, GELU and attention so far).
 pub fn check_config(
     name: &str,
     cfg: &Config,
@@ -179,9 +179,6 @@ pub fn check_config(
         &|t| ops::reference::gelu(&t[0]),
         &[x],
     )?);
-    if !device.is_cpu() {
-        return Ok(rows);
-    }
     let qkv = random(rng, &[n, 3 * e], 1.0)?;
     rows.extend(compare(
         rng,
@@ -190,6 +187,9 @@ pub fn check_config(
         &|t| ops::reference::causal_attention(&t[0], &lens, h),
         &[qkv],
     )?);
+    if !device.is_cpu() {
+        return Ok(rows);
+    }
     let loss_rows = n / 2;
     let targets: Vec<u32> = (0..loss_rows)
         .map(|_| rng.random_range(0..v as u32))

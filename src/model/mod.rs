@@ -414,8 +414,8 @@ impl Gpt {
         self.wte.device()
     }
 
-    /// The kernels the model's ops without a CUDA kernel run (the linear layer, attention, the
-    /// head): `kernels` on the CPU; elsewhere the composed ones.
+    /// The kernels the model's ops without a CUDA kernel run (the linear layer, the head, the
+    /// decoding cache): `kernels` on the CPU; elsewhere the composed ones.
     pub fn ops(&self) -> Kernels {
         if self.fused(false) {
             Kernels::Fused
@@ -425,8 +425,8 @@ impl Gpt {
     }
 
     /// Whether an op runs the lab's kernel: every op with the fused kernels on the CPU; on
-    /// CUDA with `--kernels fused`, an op whose kernel `has_cuda` (LayerNorm and GELU so far;
-    /// off by default until a GPU check has passed them).
+    /// CUDA with `--kernels fused`, an op whose kernel `has_cuda` (LayerNorm, GELU and the
+    /// attention of packed sequences so far; off by default until a GPU check has passed them).
     fn fused(&self, has_cuda: bool) -> bool {
         self.kernels == Kernels::Fused && (self.device().is_cpu() || has_cuda)
     }
@@ -489,7 +489,7 @@ impl Gpt {
     fn attention(&self, qkv: &Tensor, layer: usize, layout: &mut Layout) -> Result<Tensor> {
         let e = qkv.dim(1)? / 3;
         match layout {
-            Layout::Packed(p) if self.ops() == Kernels::Fused => {
+            Layout::Packed(p) if self.fused(true) => {
                 ops::causal_attention(qkv, &p.lens, self.cfg.n_head)
             }
             Layout::Packed(p) => {

@@ -259,6 +259,20 @@ impl Kernel for CausalAttention {
         Ok((y, Shape::from((n, e))))
     }
 
+    /// On a GPU nothing is kept: the backward computes the probabilities again.
+    #[cfg(feature = "cuda")]
+    fn cuda(&self, xs: &[CudaIn]) -> Result<(candle_core::CudaStorage, Shape)> {
+        let (n, e3) = xs[0].shape().dims2()?;
+        if self.lens.iter().sum::<usize>() != n {
+            bail!(
+                "{}: the sequence lengths do not add up to {n} rows",
+                Self::NAME
+            );
+        }
+        let y = cuda::attention(&xs[0], None, &spans(&self.lens), self.n_head)?;
+        Ok((y, Shape::from((n, e3 / 3))))
+    }
+
     fn bwd(&self, xs: &[&Tensor], dy: &Tensor) -> Result<Vec<Option<Tensor>>> {
         let heads = std::mem::take(&mut *self.saved.lock().expect("attention heads"));
         let bwd = CausalAttentionBwd {
@@ -280,6 +294,12 @@ struct CausalAttentionBwd {
 
 impl Kernel for CausalAttentionBwd {
     const NAME: &'static str = "lab-causal-attention-bwd";
+
+    #[cfg(feature = "cuda")]
+    fn cuda(&self, xs: &[CudaIn]) -> Result<(candle_core::CudaStorage, Shape)> {
+        let dq = cuda::attention(&xs[0], Some(&xs[1]), &self.spans, self.n_head)?;
+        Ok((dq, xs[0].shape().clone()))
+    }
 
     fn cpu(&self, xs: &[In]) -> Result<(Vec<f32>, Shape)> {
         let (qkv, dy) = (xs[0].f32::<Self>()?, xs[1].f32::<Self>()?);

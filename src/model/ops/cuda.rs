@@ -1,4 +1,4 @@
-//! The launches of the lab ops' CUDA kernels (`layer_norm.cu`, `gelu.cu`): inputs as the
+//! The launches of the lab ops' CUDA kernels (`layer_norm.cu`, `gelu.cu`, `attention.cu`): inputs as the
 //! contiguous f32 views of their storage, outputs freshly allocated on the inputs' device.
 
 use candle_core::backend::BackendStorage;
@@ -6,7 +6,7 @@ use candle_core::cuda::cudarc::driver::{CudaView, LaunchConfig, PushKernelArg};
 use candle_core::cuda_backend::WrapErr;
 use candle_core::{CudaDevice, CudaStorage, Layout, Result, bail};
 
-use super::cuda_shape::{GELU_THREADS, LN_ROWS, LN_THREADS};
+use super::cuda_shape::{ATT_MAX_D, ATT_MAX_T, ATT_THREADS, GELU_THREADS, LN_ROWS, LN_THREADS};
 
 /// One contiguous input of a kernel on the GPU.
 pub struct CudaIn<'a> {
@@ -153,6 +153,83 @@ pub fn gelu(x: &CudaIn, dy: Option<&CudaIn>) -> Result<CudaStorage> {
     Ok(CudaStorage::wrap_cuda_slice(y, dev.clone()))
 }
 
+/// Causal attention of packed sequences (`spans`: each one's first row and length) over
+/// q|k|v rows (N, 3E) with `n_head` heads: the output (N, E), or with `dy` (N, E) the gradient
+/// of q|k|v (N, 3E). One block per (sequence, head).
+pub fn attention(
+    qkv: &CudaIn,
+    dy: Option<&CudaIn>,
+    spans: &[(usize, usize)],
+    n_head: usize,
+) -> Result<CudaStorage> {
+    const OP: &str = "lab-causal-attention";
+    let dev = qkv.device();
+    let (n, e3) = qkv.shape().dims2()?;
+    let e = e3 / 3;
+    let hd = e / n_head.max(1);
+    if n_head == 0 || hd * n_head != e || hd > ATT_MAX_D {
+        bail!("{OP}: {n_head} heads of {e}: the CUDA kernel takes heads of at most {ATT_MAX_D}");
+    }
+    if let Some(&(_, t)) = spans.iter().find(|s| s.1 > ATT_MAX_T) {
+        bail!("{OP}: a sequence of {t}; the CUDA kernel takes at most {ATT_MAX_T}");
+    }
+    let out_len = if dy.is_some() { n * e3 } else { n * e };
+    // SAFETY: every row of every sequence is written below: a thread per query row writes its
+    // output (or dq), a thread per key row its dk and dv; the spans cover the N rows.
+    let mut out = unsafe { dev.alloc::<f32>(out_len) }?;
+    if spans.is_empty() || n == 0 {
+        return Ok(CudaStorage::wrap_cuda_slice(out, dev.clone()));
+    }
+    let starts: Vec<i32> = spans.iter().map(|s| s.0 as i32).collect();
+    let lens: Vec<i32> = spans.iter().map(|s| s.1 as i32).collect();
+    let mut d_starts = unsafe { dev.alloc::<i32>(spans.len()) }?;
+    let mut d_lens = unsafe { dev.alloc::<i32>(spans.len()) }?;
+    dev.memcpy_htod(&starts, &mut d_starts)?;
+    dev.memcpy_htod(&lens, &mut d_lens)?;
+    let ptx = crate::device::ptx(dev, OP, &ATTENTION_PTX)?;
+    let qv = qkv.f32(OP)?;
+    let (e32, hd32, scale) = (e as i32, hd as i32, 1.0f32 / (hd as f32).sqrt());
+    let cfg = LaunchConfig {
+        grid_dim: (spans.len() as u32, n_head as u32, 1),
+        block_dim: (ATT_THREADS, 1, 1),
+        shared_mem_bytes: 0,
+    };
+    match dy {
+        None => {
+            let f = dev.get_or_load_custom_func("lab_att_fwd", OP, ptx)?;
+            let mut l = f.builder();
+            l.arg(&qv)
+                .arg(&mut out)
+                .arg(&d_starts)
+                .arg(&d_lens)
+                .arg(&e32)
+                .arg(&hd32)
+                .arg(&scale);
+            // SAFETY: qkv holds N·3E values, out N·E, the spans lie within N rows.
+            unsafe { l.launch(cfg) }.w()?;
+        }
+        Some(dy) => {
+            let dyv = dy.f32(OP)?;
+            if dyv.len() != n * e {
+                bail!("{OP}: {} output gradients for {n} rows of {e}", dyv.len());
+            }
+            let f = dev.get_or_load_custom_func("lab_att_bwd", OP, ptx)?;
+            let mut l = f.builder();
+            l.arg(&qv)
+                .arg(&dyv)
+                .arg(&mut out)
+                .arg(&d_starts)
+                .arg(&d_lens)
+                .arg(&e32)
+                .arg(&hd32)
+                .arg(&scale);
+            // SAFETY: qkv and out hold N·3E values, dy N·E, the spans lie within N rows.
+            unsafe { l.launch(cfg) }.w()?;
+        }
+    }
+    Ok(CudaStorage::wrap_cuda_slice(out, dev.clone()))
+}
+
 /// Each module's PTX: Hopper's own, and `compute_80`'s for any other GPU from the A100 on.
 static LAYER_NORM_PTX: crate::device::Ptx = crate::device::Ptx {
     sm_90a: include_str!(concat!(env!("OUT_DIR"), "/layer_norm.sm_90a.ptx")),
@@ -161,4 +238,8 @@ static LAYER_NORM_PTX: crate::device::Ptx = crate::device::Ptx {
 static GELU_PTX: crate::device::Ptx = crate::device::Ptx {
     sm_90a: include_str!(concat!(env!("OUT_DIR"), "/gelu.sm_90a.ptx")),
     compute_80: include_str!(concat!(env!("OUT_DIR"), "/gelu.compute_80.ptx")),
+};
+static ATTENTION_PTX: crate::device::Ptx = crate::device::Ptx {
+    sm_90a: include_str!(concat!(env!("OUT_DIR"), "/attention.sm_90a.ptx")),
+    compute_80: include_str!(concat!(env!("OUT_DIR"), "/attention.compute_80.ptx")),
 };

@@ -1,11 +1,11 @@
-//! The CUDA LayerNorm's and GELU's arithmetic and indexing checked on the host: build.rs
-//! compiles `layer_norm.cu` and `gelu.cu` for the host, and these tests run their launches
+//! The CUDA LayerNorm's, GELU's and attention's arithmetic and indexing checked on the host:
+//! build.rs compiles `layer_norm.cu`, `gelu.cu` and `attention.cu` for the host, and these tests run their launches
 //! block by block and thread by thread against the CPU kernels, on shapes that leave a block's
 //! threads or rows short. What only a GPU shows (threads racing, speed) is `lab kernel-check`'s.
 
 use candle_core::Device;
 
-use super::cuda_shape::{GELU_THREADS, LN_ROWS, LN_THREADS};
+use super::cuda_shape::{ATT_MAX_D, ATT_MAX_T, ATT_THREADS, GELU_THREADS, LN_ROWS, LN_THREADS};
 use super::tests::{run, values};
 use super::*;
 use crate::model::check::{TOL_F32, rel_err};
@@ -26,6 +26,30 @@ unsafe extern "C" {
     fn lab_ln_bwd_sum_host(partials: *const f32, blocks: i32, c2: i32, out: *mut f32);
     fn lab_gelu_fwd_host(x: *const f32, y: *mut f32, n: i64);
     fn lab_gelu_bwd_host(x: *const f32, dy: *const f32, dx: *mut f32, n: i64);
+    fn lab_att_constants(threads: *mut i32, max_d: *mut i32, max_t: *mut i32);
+    fn lab_att_fwd_host(
+        qkv: *const f32,
+        y: *mut f32,
+        starts: *const i32,
+        lens: *const i32,
+        n_seq: i32,
+        n_head: i32,
+        e: i32,
+        hd: i32,
+        scale: f32,
+    );
+    fn lab_att_bwd_host(
+        qkv: *const f32,
+        dy: *const f32,
+        dqkv: *mut f32,
+        starts: *const i32,
+        lens: *const i32,
+        n_seq: i32,
+        n_head: i32,
+        e: i32,
+        hd: i32,
+        scale: f32,
+    );
 }
 
 fn host(t: &Tensor) -> Vec<f32> {
@@ -43,6 +67,13 @@ fn the_launch_shapes_match_the_kernels() {
     unsafe { lab_ln_constants(&mut threads, &mut rows) };
     assert_eq!((threads as u32, rows as usize), (LN_THREADS, LN_ROWS));
     assert_eq!(unsafe { lab_gelu_threads() } as u32, GELU_THREADS);
+    let (mut d, mut t) = (0, 0);
+    // SAFETY: plain out-parameters.
+    unsafe { lab_att_constants(&mut threads, &mut d, &mut t) };
+    assert_eq!(
+        (threads as u32, d as usize, t as usize),
+        (ATT_THREADS, ATT_MAX_D, ATT_MAX_T)
+    );
 }
 
 /// The host run of the CUDA LayerNorm, forward and backward (dx, then dw and db packed as the
@@ -119,4 +150,58 @@ fn the_cuda_gelu_computes_the_cpu_kernels_values() {
     assert!(err <= TOL_F32, "forward: {err:e}");
     let err = rel_err(&tensor(hdx, &grads[0]), &grads[0]).unwrap();
     assert!(err <= TOL_F32, "dx: {err:e}");
+}
+
+#[test]
+fn the_cuda_attention_computes_the_cpu_kernels_values() {
+    // Sequences of 1 token, of more tokens than a block has threads, and between; odd head
+    // sizes (5) and the studies' (32).
+    for (lens, n_head, hd) in [
+        (vec![1usize, 7, 70, 12], 3usize, 5usize),
+        (vec![26, 12, 19], 4, 32),
+    ] {
+        let (n, e) = (lens.iter().sum::<usize>(), n_head * hd);
+        let qkv = values(&[n, 3 * e], 5);
+        let (y, grads) = run(
+            &|t| causal_attention(&t[0], &lens, n_head),
+            std::slice::from_ref(&qkv),
+        );
+        let dy = values(&[n, e], 99);
+        let starts: Vec<i32> = lens
+            .iter()
+            .scan(0, |at, &l| {
+                let s = *at;
+                *at += l as i32;
+                Some(s)
+            })
+            .collect();
+        let lens32: Vec<i32> = lens.iter().map(|&l| l as i32).collect();
+        let (q, g) = (host(&qkv), host(&dy));
+        let (mut hy, mut hdq) = (vec![f32::NAN; n * e], vec![f32::NAN; n * 3 * e]);
+        let scale = 1.0 / (hd as f32).sqrt();
+        let k = lens.len() as i32;
+        // SAFETY: qkv and dqkv hold n rows of 3e, y and dy n rows of e, and the sequences
+        // (starts and lengths) cover the n rows.
+        unsafe {
+            let (h, e, d) = (n_head as i32, e as i32, hd as i32);
+            let (s, l) = (starts.as_ptr(), lens32.as_ptr());
+            lab_att_fwd_host(q.as_ptr(), hy.as_mut_ptr(), s, l, k, h, e, d, scale);
+            lab_att_bwd_host(
+                q.as_ptr(),
+                g.as_ptr(),
+                hdq.as_mut_ptr(),
+                s,
+                l,
+                k,
+                h,
+                e,
+                d,
+                scale,
+            );
+        }
+        let err = rel_err(&tensor(hy, &y), &y).unwrap();
+        assert!(err <= TOL_F32, "{lens:?} H {n_head}: forward {err:e}");
+        let err = rel_err(&tensor(hdq, &grads[0]), &grads[0]).unwrap();
+        assert!(err <= TOL_F32, "{lens:?} H {n_head}: dqkv {err:e}");
+    }
 }

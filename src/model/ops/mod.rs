@@ -92,7 +92,7 @@ impl Runs {
     }
 }
 
-/// The CUDA kernels' launch shapes, as `layer_norm.cu` and `gelu.cu` define them (a host test
+/// The CUDA kernels' launch shapes, as `layer_norm.cu`, `gelu.cu` and `attention.cu` define them (a host test
 /// holds them equal).
 #[cfg(any(test, feature = "cuda"))]
 mod cuda_shape {
@@ -101,6 +101,11 @@ mod cuda_shape {
     pub const LN_ROWS: usize = 32;
     /// Threads of a GELU block, one an element.
     pub const GELU_THREADS: u32 = 256;
+    /// Threads of an attention block (one block per sequence and head), the largest head
+    /// size and the longest sequence its kernels take.
+    pub const ATT_THREADS: u32 = 64;
+    pub const ATT_MAX_D: usize = 128;
+    pub const ATT_MAX_T: usize = 1024;
 }
 
 /// LayerNorm epsilon (SPEC §5, as in HF GPT-2).
