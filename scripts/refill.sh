@@ -23,7 +23,7 @@ cd "$(dirname "$0")/.."
 cargo build --release --quiet
 bin=target/refill && mkdir -p "$bin" && cp target/release/lab "$bin/lab.new" && mv "$bin/lab.new" "$bin/lab"
 lab=$bin/lab
-trainer=$lab
+trainer=$lab at=""
 if [ -n "${REFILL_TRAIN_AT:-}" ]; then
   at=$(git rev-parse --short "$REFILL_TRAIN_AT")
   tree=$PWD/target/refill/tree-$at
@@ -37,7 +37,8 @@ for prefix in "$@"; do
     [ -d "$dir" ] || continue
     run=$(basename "$dir")
     if grep -q "\"$figure\"" "$dir/metrics.jsonl"; then continue; fi
-    out=checkpoints/refill/$run
+    # Each trainer its own directory: a run trained by other code is not this one.
+    out=checkpoints/refill${at:+/$at}/$run
     if [ ! -e "$out/DONE" ]; then
       resume=""
       [ -e "$out/latest" ] && resume=--resume
