@@ -43,6 +43,7 @@ for prefix in "$@"; do
       resume=""
       [ -e "$out/latest" ] && resume=--resume
       echo "train $run $resume"
+      mkdir -p "$(dirname "$out")"
       RAYON_NUM_THREADS=${REFILL_THREADS:-1} "$trainer" train --device cpu --config "$dir/config.toml" \
         --out "$out" $resume > "$out.log" 2>&1 || { echo "FAILED $run (see $out.log)" >&2; exit 1; }
     fi
