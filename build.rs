@@ -102,6 +102,7 @@ const KERNELS: &[&str] = &[
     "src/model/ops/layer_norm.cu",
     "src/model/ops/gelu.cu",
     "src/model/ops/attention.cu",
+    "src/model/ops/cross_entropy.cu",
 ];
 
 /// The PTX targets: `compute_80` JIT-compiles on any GPU from the A100 on (A100, L40S, H100),

@@ -19,7 +19,8 @@
 #      libcublasLt);
 #   1. the binary: --lab BIN, else dist/lab-cuda; never built on the device machine (the dry run
 #      uses target/release/lab); then `lab kernel-check --device cuda`: the lab's CUDA kernels
-#      (LayerNorm and GELU, forward and every gradient; the multi-tensor AdamW) against their
+#      (LayerNorm, GELU, packed attention and the loss's cross-entropy, forward and every
+#      gradient; the multi-tensor AdamW) against their
 #      CPU version, and one batch's loss and every parameter's gradient from the CUDA model
 #      (fp32 with TF32 off, and bf16; composed, and with the lab's kernels) against the CPU's fp32, at 1m-L4, 10m-L6, 100m-L8 and the study shape (the dry run: tiny, on the CPU);
 #   2. the first-step loss on the device equals the CPU loss on the same batch: fp32 (TF32

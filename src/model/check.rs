@@ -125,7 +125,8 @@ fn compare(
 
 /// Every kernel at the shapes of `cfg` (its width, heads and vocabulary; a batch of 64
 /// sequences of 12 to 26 tokens, half its rows at loss positions), inputs drawn from `rng`, on
-/// `device`: on CUDA the kernels with a CUDA version (LayerNorm, GELU and attention so far).
+/// `device`: on CUDA the kernels with a CUDA version (LayerNorm, GELU, attention and the loss's
+/// cross-entropy so far).
 pub fn check_config(
     name: &str,
     cfg: &Config,
@@ -187,14 +188,26 @@ pub fn check_config(
         &|t| ops::reference::causal_attention(&t[0], &lens, h),
         &[qkv],
     )?);
-    if !device.is_cpu() {
-        return Ok(rows);
-    }
     let loss_rows = n / 2;
     let targets: Vec<u32> = (0..loss_rows)
         .map(|_| rng.random_range(0..v as u32))
         .collect();
     let targets = Tensor::from_vec(targets, loss_rows, &Device::Cpu)?;
+    let on_device = targets.to_device(device)?;
+    let logits = random(rng, &[loss_rows, v], 4.0)?;
+    rows.extend(compare(
+        rng,
+        (name, "cross_entropy", &["logits"]),
+        (
+            &|t| ops::cross_entropy(&t[0], &on_device)?.mean_all(),
+            device,
+        ),
+        &|t| ops::reference::cross_entropy(&t[0], &targets),
+        &[logits],
+    )?);
+    if !device.is_cpu() {
+        return Ok(rows);
+    }
     let head = [
         random(rng, &[loss_rows, e], 1.0)?,
         random(rng, &[v, e], 0.1)?,

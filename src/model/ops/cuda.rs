@@ -1,4 +1,5 @@
-//! The launches of the lab ops' CUDA kernels (`layer_norm.cu`, `gelu.cu`, `attention.cu`): inputs as the
+//! The launches of the lab ops' CUDA kernels (`layer_norm.cu`, `gelu.cu`, `attention.cu`,
+//! `cross_entropy.cu`): inputs as the
 //! contiguous f32 views of their storage, outputs freshly allocated on the inputs' device.
 
 use candle_core::backend::BackendStorage;
@@ -6,7 +7,9 @@ use candle_core::cuda::cudarc::driver::{CudaView, LaunchConfig, PushKernelArg};
 use candle_core::cuda_backend::WrapErr;
 use candle_core::{CudaDevice, CudaStorage, Layout, Result, bail};
 
-use super::cuda_shape::{ATT_MAX_D, ATT_MAX_T, ATT_THREADS, GELU_THREADS, LN_ROWS, LN_THREADS};
+use super::cuda_shape::{
+    ATT_MAX_D, ATT_MAX_T, ATT_THREADS, CE_THREADS, GELU_THREADS, LN_ROWS, LN_THREADS,
+};
 
 /// One contiguous input of a kernel on the GPU.
 pub struct CudaIn<'a> {
@@ -21,6 +24,14 @@ impl<'a> CudaIn<'a> {
             bail!("{op}: input must be contiguous")
         };
         Ok(self.s.as_cuda_slice::<f32>()?.slice(a..b))
+    }
+
+    /// The u32 values (targets), or an error naming `op`.
+    pub fn u32(&self, op: &str) -> Result<CudaView<'a, u32>> {
+        let Some((a, b)) = self.l.contiguous_offsets() else {
+            bail!("{op}: input must be contiguous")
+        };
+        Ok(self.s.as_cuda_slice::<u32>()?.slice(a..b))
     }
 
     pub fn shape(&self) -> &'a candle_core::Shape {
@@ -230,6 +241,47 @@ pub fn attention(
     Ok(CudaStorage::wrap_cuda_slice(out, dev.clone()))
 }
 
+/// Each row's cross-entropy of logits (n, v) against targets (n, u32), or with `dloss` (n)
+/// the logits' gradient (n, v): one block a row. Targets are the caller's to keep below v.
+pub fn cross_entropy(x: &CudaIn, targets: &CudaIn, dloss: Option<&CudaIn>) -> Result<CudaStorage> {
+    const OP: &str = "lab-cross-entropy";
+    let dev = x.device();
+    let (n, v) = x.shape().dims2()?;
+    let (xv, tv) = (x.f32(OP)?, targets.u32(OP)?);
+    if tv.len() != n {
+        bail!("{OP}: {} targets for {n} rows", tv.len());
+    }
+    let out_len = if dloss.is_some() { n * v } else { n };
+    // SAFETY: a block a row writes that row's loss, or every value of its gradient.
+    let mut out = unsafe { dev.alloc::<f32>(out_len) }?;
+    if n == 0 || v == 0 {
+        return Ok(CudaStorage::wrap_cuda_slice(out, dev.clone()));
+    }
+    let ptx = crate::device::ptx(dev, OP, &CROSS_ENTROPY_PTX)?;
+    let v32 = v as i32;
+    match dloss {
+        None => {
+            let f = dev.get_or_load_custom_func("lab_ce_fwd", OP, ptx)?;
+            let mut l = f.builder();
+            l.arg(&xv).arg(&tv).arg(&mut out).arg(&v32);
+            // SAFETY: x holds n rows of v, targets and the losses n values.
+            unsafe { l.launch(grid(n, CE_THREADS)) }.w()?;
+        }
+        Some(g) => {
+            let gv = g.f32(OP)?;
+            if gv.len() != n {
+                bail!("{OP}: {} loss gradients for {n} rows", gv.len());
+            }
+            let f = dev.get_or_load_custom_func("lab_ce_bwd", OP, ptx)?;
+            let mut l = f.builder();
+            l.arg(&xv).arg(&tv).arg(&gv).arg(&mut out).arg(&v32);
+            // SAFETY: x and dx hold n rows of v, targets and dloss n values.
+            unsafe { l.launch(grid(n, CE_THREADS)) }.w()?;
+        }
+    }
+    Ok(CudaStorage::wrap_cuda_slice(out, dev.clone()))
+}
+
 /// Each module's PTX: Hopper's own, and `compute_80`'s for any other GPU from the A100 on.
 static LAYER_NORM_PTX: crate::device::Ptx = crate::device::Ptx {
     sm_90a: include_str!(concat!(env!("OUT_DIR"), "/layer_norm.sm_90a.ptx")),
@@ -242,4 +294,8 @@ static GELU_PTX: crate::device::Ptx = crate::device::Ptx {
 static ATTENTION_PTX: crate::device::Ptx = crate::device::Ptx {
     sm_90a: include_str!(concat!(env!("OUT_DIR"), "/attention.sm_90a.ptx")),
     compute_80: include_str!(concat!(env!("OUT_DIR"), "/attention.compute_80.ptx")),
+};
+static CROSS_ENTROPY_PTX: crate::device::Ptx = crate::device::Ptx {
+    sm_90a: include_str!(concat!(env!("OUT_DIR"), "/cross_entropy.sm_90a.ptx")),
+    compute_80: include_str!(concat!(env!("OUT_DIR"), "/cross_entropy.compute_80.ptx")),
 };

@@ -1,11 +1,14 @@
 //! The CUDA LayerNorm's, GELU's and attention's arithmetic and indexing checked on the host:
 //! build.rs compiles `layer_norm.cu`, `gelu.cu` and `attention.cu` for the host, and these tests run their launches
 //! block by block and thread by thread against the CPU kernels, on shapes that leave a block's
-//! threads or rows short. What only a GPU shows (threads racing, speed) is `lab kernel-check`'s.
+//! threads or rows short (`cross_entropy.cu`'s host build is its op's CPU version, which the ops
+//! tests hold against log-softmax). What only a GPU shows (threads racing, speed) is `lab kernel-check`'s.
 
 use candle_core::Device;
 
-use super::cuda_shape::{ATT_MAX_D, ATT_MAX_T, ATT_THREADS, GELU_THREADS, LN_ROWS, LN_THREADS};
+use super::cuda_shape::{
+    ATT_MAX_D, ATT_MAX_T, ATT_THREADS, CE_THREADS, GELU_THREADS, LN_ROWS, LN_THREADS,
+};
 use super::tests::{run, values};
 use super::*;
 use crate::model::check::{TOL_F32, rel_err};
@@ -13,6 +16,7 @@ use crate::model::check::{TOL_F32, rel_err};
 unsafe extern "C" {
     fn lab_ln_constants(threads: *mut i32, rows: *mut i32);
     fn lab_gelu_threads() -> i32;
+    fn lab_ce_threads() -> i32;
     fn lab_ln_fwd_host(x: *const f32, w: *const f32, b: *const f32, y: *mut f32, rows: i32, c: i32);
     fn lab_ln_bwd_host(
         x: *const f32,
@@ -67,6 +71,7 @@ fn the_launch_shapes_match_the_kernels() {
     unsafe { lab_ln_constants(&mut threads, &mut rows) };
     assert_eq!((threads as u32, rows as usize), (LN_THREADS, LN_ROWS));
     assert_eq!(unsafe { lab_gelu_threads() } as u32, GELU_THREADS);
+    assert_eq!(unsafe { lab_ce_threads() } as u32, CE_THREADS);
     let (mut d, mut t) = (0, 0);
     // SAFETY: plain out-parameters.
     unsafe { lab_att_constants(&mut threads, &mut d, &mut t) };

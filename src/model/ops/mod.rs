@@ -14,6 +14,7 @@ use rayon::prelude::*;
 use crate::model::fastmath;
 
 mod attention;
+mod cross_entropy;
 #[cfg(feature = "cuda")]
 mod cuda;
 #[cfg(test)]
@@ -32,6 +33,7 @@ use cuda::CudaIn;
 use kernel::{In, Kernel, apply, apply_no_bwd};
 
 pub use attention::causal_attention;
+pub use cross_entropy::cross_entropy;
 pub use gelu::gelu;
 pub use head::{head_cross_entropy, head_cross_entropy_runs};
 pub use layer_norm::{layer_norm, layer_norm_runs};
@@ -92,7 +94,7 @@ impl Runs {
     }
 }
 
-/// The CUDA kernels' launch shapes, as `layer_norm.cu`, `gelu.cu` and `attention.cu` define them (a host test
+/// The CUDA kernels' launch shapes, as `layer_norm.cu`, `gelu.cu`, `attention.cu` and `cross_entropy.cu` define them (a host test
 /// holds them equal).
 #[cfg(any(test, feature = "cuda"))]
 mod cuda_shape {
@@ -106,6 +108,8 @@ mod cuda_shape {
     pub const ATT_THREADS: u32 = 64;
     pub const ATT_MAX_D: usize = 128;
     pub const ATT_MAX_T: usize = 1024;
+    /// Threads of a cross-entropy block, one block a row.
+    pub const CE_THREADS: u32 = 256;
 }
 
 /// LayerNorm epsilon (SPEC §5, as in HF GPT-2).

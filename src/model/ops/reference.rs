@@ -58,6 +58,11 @@ pub fn causal_attention(qkv: &Tensor, lens: &[usize], n_head: usize) -> Result<T
 
 /// mean over rows of −log softmax(x · wteᵀ)[target].
 pub fn head_cross_entropy(x: &Tensor, wte: &Tensor, targets: &Tensor) -> Result<Tensor> {
-    let logp = candle_nn::ops::log_softmax(&x.matmul(&wte.t()?)?, D::Minus1)?;
+    cross_entropy(&x.matmul(&wte.t()?)?, targets)
+}
+
+/// Mean cross-entropy of logits rows against their targets.
+pub fn cross_entropy(logits: &Tensor, targets: &Tensor) -> Result<Tensor> {
+    let logp = candle_nn::ops::log_softmax(logits, D::Minus1)?;
     logp.gather(&targets.unsqueeze(1)?, 1)?.mean_all()?.neg()
 }

@@ -181,6 +181,34 @@ fn head_cross_entropy_matches_log_softmax_of_the_logits() {
     );
 }
 
+#[test]
+fn row_cross_entropy_matches_log_softmax_of_the_logits() {
+    // The kernel that CUDA runs (its host build): rows narrower than a block's threads and
+    // wider than several blocks' worth, targets at both ends of a row.
+    for (n, e, v) in [(7, 5, 37), (3, 9, 1000)] {
+        let targets: Vec<u32> = (0..n as u32).map(|i| i * 7 % v as u32).collect();
+        let targets = Tensor::from_vec(targets, n, &Device::Cpu).unwrap();
+        compare(
+            &|t| cross_entropy(&t[0].matmul(&t[1].t()?)?, &targets)?.mean_all(),
+            &|t| reference::head_cross_entropy(&t[0], &t[1], &targets),
+            &[values(&[n, e], 9), values(&[v, e], 10)],
+            1e-5,
+            &format!("cross-entropy of {v} logits"),
+        );
+    }
+}
+
+#[test]
+fn row_cross_entropy_refuses_a_target_past_the_logits() {
+    let targets = Tensor::from_vec(vec![0u32, 4], 2, &Device::Cpu).unwrap();
+    let err = cross_entropy(&values(&[2, 4], 1), &targets).unwrap_err();
+    assert!(
+        err.to_string()
+            .contains("target 4 is not below the 4 logits"),
+        "{err}"
+    );
+}
+
 /// Run r's slice of a pack's rows (`rows` of them, `width` wide) from a packed tensor.
 fn rows_of(t: &Tensor, runs: &Runs, r: usize) -> Tensor {
     let (at, n) = runs.spans().nth(r).unwrap();

@@ -1,0 +1,109 @@
+//! Cross-entropy of logits rows against targets, a loss per row: on a GPU the kernel of
+//! `cross_entropy.cu`, on the CPU the host build of the same file (the CPU model's head fuses it).
+
+use super::*;
+
+unsafe extern "C" {
+    fn lab_ce_fwd_host(x: *const f32, targets: *const u32, loss: *mut f32, n: i32, v: i32);
+    fn lab_ce_bwd_host(
+        x: *const f32,
+        targets: *const u32,
+        dloss: *const f32,
+        dx: *mut f32,
+        n: i32,
+        v: i32,
+    );
+}
+
+/// The rows and width of logits (n, v) with n targets below v, or an error naming `op`.
+fn rows(logits: &Shape, targets: &[u32], op: &str) -> Result<(usize, usize)> {
+    let (n, v) = logits.dims2()?;
+    if targets.len() != n {
+        bail!("{op}: {} targets for {n} rows", targets.len());
+    }
+    if let Some(t) = targets.iter().find(|&&t| t as usize >= v) {
+        bail!("{op}: target {t} is not below the {v} logits");
+    }
+    Ok((n, v))
+}
+
+/// The loss of each row: log Σ exp(x) − x[target].
+struct CrossEntropy;
+
+impl Kernel for CrossEntropy {
+    const NAME: &'static str = "lab-cross-entropy";
+
+    fn cpu(&self, xs: &[In]) -> Result<(Vec<f32>, Shape)> {
+        let (x, t) = (xs[0].f32::<Self>()?, xs[1].u32::<Self>()?);
+        let (n, v) = rows(xs[0].shape(), t, Self::NAME)?;
+        let mut loss = vec![0f32; n];
+        // SAFETY: x holds n rows of v, t and loss n values, every target below v.
+        unsafe {
+            lab_ce_fwd_host(
+                x.as_ptr(),
+                t.as_ptr(),
+                loss.as_mut_ptr(),
+                n as i32,
+                v as i32,
+            )
+        };
+        Ok((loss, Shape::from(n)))
+    }
+
+    #[cfg(feature = "cuda")]
+    fn cuda(&self, xs: &[CudaIn]) -> Result<(candle_core::CudaStorage, Shape)> {
+        let n = xs[0].shape().dims2()?.0;
+        Ok((cuda::cross_entropy(&xs[0], &xs[1], None)?, Shape::from(n)))
+    }
+
+    fn bwd(&self, xs: &[&Tensor], dy: &Tensor) -> Result<Vec<Option<Tensor>>> {
+        let dx = apply_no_bwd(CrossEntropyBwd, &[xs[0], xs[1], &dy.contiguous()?])?;
+        Ok(vec![Some(dx), None])
+    }
+}
+
+/// The logits' gradient from each row's loss gradient: (softmax − one-hot)·dloss.
+struct CrossEntropyBwd;
+
+impl Kernel for CrossEntropyBwd {
+    const NAME: &'static str = "lab-cross-entropy-bwd";
+
+    fn cpu(&self, xs: &[In]) -> Result<(Vec<f32>, Shape)> {
+        let (x, t, g) = (
+            xs[0].f32::<Self>()?,
+            xs[1].u32::<Self>()?,
+            xs[2].f32::<Self>()?,
+        );
+        let (n, v) = rows(xs[0].shape(), t, Self::NAME)?;
+        if g.len() != n {
+            bail!("{}: {} loss gradients for {n} rows", Self::NAME, g.len());
+        }
+        let mut dx = vec![0f32; n * v];
+        // SAFETY: x and dx hold n rows of v, t and g n values, every target below v.
+        unsafe {
+            lab_ce_bwd_host(
+                x.as_ptr(),
+                t.as_ptr(),
+                g.as_ptr(),
+                dx.as_mut_ptr(),
+                n as i32,
+                v as i32,
+            )
+        };
+        Ok((dx, xs[0].shape().clone()))
+    }
+
+    #[cfg(feature = "cuda")]
+    fn cuda(&self, xs: &[CudaIn]) -> Result<(candle_core::CudaStorage, Shape)> {
+        let dx = cuda::cross_entropy(&xs[0], &xs[1], Some(&xs[2]))?;
+        Ok((dx, xs[0].shape().clone()))
+    }
+}
+
+/// The cross-entropy of each row of logits (n, v) against its target (n, u32): a loss (n).
+pub fn cross_entropy(logits: &Tensor, targets: &Tensor) -> Result<Tensor> {
+    apply(
+        CrossEntropy,
+        &[&logits.contiguous()?, &targets.contiguous()?],
+    )
+}
