@@ -164,7 +164,7 @@ fn main() {
     kernels(out.parent().expect("OUT_DIR"));
     if std::env::var_os("CARGO_FEATURE_CUDA").is_some() {
         println!(
-            "cargo:rustc-link-arg-bins=-Wl,-rpath,$ORIGIN:/usr/local/cuda/lib64:/usr/local/cuda-13/lib64:/usr/lib/x86_64-linux-gnu:/usr/local/nvidia/lib64"
+            "cargo:rustc-link-arg-bins=-Wl,-rpath,$ORIGIN:/usr/local/cuda/lib64:/usr/local/cuda-13/lib64:/usr/local/cuda-12/lib64:/usr/lib/x86_64-linux-gnu:/usr/local/nvidia/lib64"
         );
     }
     println!("cargo:rerun-if-changed=build.rs");

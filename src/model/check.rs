@@ -125,8 +125,8 @@ fn compare(
 
 /// Every kernel at the shapes of `cfg` (its width, heads and vocabulary; a batch of 64
 /// sequences of 12 to 26 tokens, half its rows at loss positions), inputs drawn from `rng`, on
-/// `device`: on CUDA the kernels with a CUDA version (LayerNorm, GELU, attention and the loss's
-/// cross-entropy so far).
+/// `device`: on CUDA the kernels with a CUDA version (LayerNorm, GELU with and without the bias,
+/// attention and the loss's cross-entropy so far).
 pub fn check_config(
     name: &str,
     cfg: &Config,
@@ -179,6 +179,14 @@ pub fn check_config(
         (&|t| ops::gelu(&t[0]), device),
         &|t| ops::reference::gelu(&t[0]),
         &[x],
+    )?);
+    let biased = [random(rng, &[n, 4 * e], 4.0)?, random(rng, &[4 * e], 1.0)?];
+    rows.extend(compare(
+        rng,
+        (name, "bias_gelu", &["x", "b"]),
+        (&|t| ops::bias_gelu(&t[0], &t[1]), device),
+        &|t| ops::reference::gelu(&t[0].broadcast_add(&t[1])?),
+        &biased,
     )?);
     let qkv = random(rng, &[n, 3 * e], 1.0)?;
     rows.extend(compare(

@@ -477,11 +477,18 @@ impl Gpt {
         }
     }
 
-    fn gelu(&self, x: &Tensor) -> Result<Tensor> {
-        if self.fused(true) {
-            ops::gelu(x)
-        } else {
-            ops::reference::gelu(x)
+    /// GELU(x · W + b), the MLP's first layer: on CUDA with the lab's kernels the bias add
+    /// rides in the GELU's launch, each way.
+    fn linear_gelu(
+        &self,
+        x: &Tensor,
+        (w, b): &(Tensor, Tensor),
+        runs: &ops::Runs,
+    ) -> Result<Tensor> {
+        match self.ops() {
+            Kernels::Fused => ops::gelu(&ops::linear_runs(x, w, b, runs)?),
+            Kernels::Composed if self.fused(true) => ops::bias_gelu(&self.mm(x, w)?, b),
+            Kernels::Composed => ops::reference::gelu(&self.mm(x, w)?.broadcast_add(b)?),
         }
     }
 
@@ -582,7 +589,7 @@ impl Gpt {
             let y = self.attention(&qkv, i, layout)?;
             x = (x + self.linear(&y, &blk.attn_c_proj, &runs)?)?;
             let m = self.layer_norm(&x, &blk.ln_2, &runs)?;
-            let f = self.gelu(&self.linear(&m, &blk.c_fc, &runs)?)?;
+            let f = self.linear_gelu(&m, &blk.c_fc, &runs)?;
             x = (x + self.linear(&f, &blk.mlp_c_proj, &runs)?)?;
         }
         self.layer_norm(&x, &self.ln_f, &runs)

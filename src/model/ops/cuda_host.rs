@@ -28,8 +28,15 @@ unsafe extern "C" {
         c: i32,
     );
     fn lab_ln_bwd_sum_host(partials: *const f32, blocks: i32, c2: i32, out: *mut f32);
-    fn lab_gelu_fwd_host(x: *const f32, y: *mut f32, n: i64);
-    fn lab_gelu_bwd_host(x: *const f32, dy: *const f32, dx: *mut f32, n: i64);
+    fn lab_gelu_fwd_host(x: *const f32, b: *const f32, y: *mut f32, n: i64, c: i64);
+    fn lab_gelu_bwd_host(
+        x: *const f32,
+        b: *const f32,
+        dy: *const f32,
+        dx: *mut f32,
+        n: i64,
+        c: i64,
+    );
     fn lab_att_constants(threads: *mut i32, max_d: *mut i32, max_t: *mut i32);
     fn lab_att_fwd_host(
         qkv: *const f32,
@@ -148,8 +155,16 @@ fn the_cuda_gelu_computes_the_cpu_kernels_values() {
     let (mut hy, mut hdx) = (vec![f32::NAN; n], vec![f32::NAN; n]);
     // SAFETY: every vector holds n values.
     unsafe {
-        lab_gelu_fwd_host(xs.as_ptr(), hy.as_mut_ptr(), n as i64);
-        lab_gelu_bwd_host(xs.as_ptr(), dys.as_ptr(), hdx.as_mut_ptr(), n as i64);
+        // No bias: c = 0, b never read.
+        lab_gelu_fwd_host(xs.as_ptr(), xs.as_ptr(), hy.as_mut_ptr(), n as i64, 0);
+        lab_gelu_bwd_host(
+            xs.as_ptr(),
+            xs.as_ptr(),
+            dys.as_ptr(),
+            hdx.as_mut_ptr(),
+            n as i64,
+            0,
+        );
     }
     let err = rel_err(&tensor(hy, &y), &y).unwrap();
     assert!(err <= TOL_F32, "forward: {err:e}");
