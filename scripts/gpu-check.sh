@@ -29,7 +29,8 @@
 #      the loss and gradient norm at every step (2e-3 relative on CUDA, 1e-4 in the dry run),
 #      and every tensor's update after the last (relative L2, 0.1 on CUDA, 1e-2 in the dry run;
 #      scripts/compare_updates.py); on CUDA with the composed kernels and again with the lab's
-#      (--kernels fused: LayerNorm, GELU and the multi-tensor AdamW). In the dry run the "device" side runs the
+#      (--kernels fused: LayerNorm, bias+GELU, packed attention, the loss's cross-entropy and
+#      the multi-tensor AdamW). In the dry run the "device" side runs the
 #      composed kernels that CUDA runs (--kernels composed) and the CPU side the fused ones;
 #   4. 200 steps of 10m-L6 and of 100m-L8 in bf16, of 100m-L8 in bf16 with the lab's kernels,
 #      and of 100m-L8 in fp32: tokens/s, MFU, peak device memory;
@@ -275,7 +276,8 @@ mem_watch() { # poll the device's used memory (MiB) into $1 until killed
 }
 # The big model in fp32 too: the composed optimizer once kept every step's graph alive in fp32
 # (out of memory at step 21 of 100m-L8), which 5 steps of the small model did not show.
-# On CUDA the big model in bf16 again with the lab's kernels (the multi-tensor AdamW).
+# On CUDA the big model in bf16 again with the lab's kernels (the multi-tensor AdamW, and the
+# model's LayerNorm, bias+GELU, attention and cross-entropy on its f32 activations).
 runs=(small:bf16:composed big:bf16:composed big:fp32:composed)
 [ $dry = 1 ] || runs+=(big:bf16:fused)
 for run in "${runs[@]}"; do
