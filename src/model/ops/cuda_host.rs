@@ -9,6 +9,7 @@ use candle_core::Device;
 use super::cuda_shape::{
     ATT_MAX_D, ATT_MAX_T, ATT_THREADS, CE_THREADS, GELU_THREADS, LN_ROWS, LN_THREADS,
 };
+use super::gelu::{lab_gelu_bwd_host, lab_gelu_fwd_host};
 use super::tests::{run, values};
 use super::*;
 use crate::model::check::{TOL_F32, rel_err};
@@ -28,15 +29,6 @@ unsafe extern "C" {
         c: i32,
     );
     fn lab_ln_bwd_sum_host(partials: *const f32, blocks: i32, c2: i32, out: *mut f32);
-    fn lab_gelu_fwd_host(x: *const f32, b: *const f32, y: *mut f32, n: i64, c: i64);
-    fn lab_gelu_bwd_host(
-        x: *const f32,
-        b: *const f32,
-        dy: *const f32,
-        dx: *mut f32,
-        n: i64,
-        c: i64,
-    );
     fn lab_att_constants(threads: *mut i32, max_d: *mut i32, max_t: *mut i32);
     fn lab_att_fwd_host(
         qkv: *const f32,

@@ -3,9 +3,10 @@
 
 use super::*;
 
+// The host build of `gelu.cu` (build.rs): this op's CPU version, and the host tests' runs.
 unsafe extern "C" {
-    fn lab_gelu_fwd_host(x: *const f32, b: *const f32, y: *mut f32, n: i64, c: i64);
-    fn lab_gelu_bwd_host(
+    pub(super) fn lab_gelu_fwd_host(x: *const f32, b: *const f32, y: *mut f32, n: i64, c: i64);
+    pub(super) fn lab_gelu_bwd_host(
         x: *const f32,
         b: *const f32,
         dy: *const f32,
