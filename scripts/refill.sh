@@ -9,13 +9,16 @@
 #   scripts/refill.sh results/fair-cpu fair-cpu-tune-          (runs whose name starts so)
 #
 # REFILL_FIGURE (default tune/creativity) is the figure whose absence marks a run to refill;
-# REFILL_THREADS (default 1) the threads of each training. REFILL_TRAIN_AT=COMMIT trains with
-# the lab built at that commit instead (in a worktree under target/refill/, its own build):
-# the code that trained runs whose bits later code moved. That code logs no tuning-split C, so
-# today's `lab eval --split tune` then scores each evaluated epoch's checkpoint, and the refill
-# takes the `tune/` figures from those summaries.
+# REFILL_THREADS (default 1) the threads of each training. REFILL_TRAIN_AT="COMMIT..." trains
+# with the lab built at those commits instead (each in a worktree under target/refill/, its own
+# build): the code that trained runs whose bits later code moved. A study restarted across
+# sessions trained its runs with more than one commit, so each run is tried at the commit that
+# matched last, then at the others in order, until `lab sweep refill` finds one that trained it
+# (the others' runs stay under checkpoints/refill/<commit>/). That code logs no tuning-split C,
+# so today's `lab eval --split tune` then scores each evaluated epoch's checkpoint, and the
+# refill takes the `tune/` figures from those summaries.
 #
-#   REFILL_TRAIN_AT=2662bcb scripts/refill.sh results/fair-cpu fair-cpu-tune-100k-
+#   REFILL_TRAIN_AT="2662bcb e6cab38" scripts/refill.sh results/fair-cpu fair-cpu-tune-100k-
 set -euo pipefail
 [ $# -ge 2 ] || { echo "usage: scripts/refill.sh RESULTS PREFIX..." >&2; exit 2; }
 results=$1; shift
@@ -23,40 +26,62 @@ cd "$(dirname "$0")/.."
 cargo build --release --quiet
 bin=target/refill && mkdir -p "$bin" && cp target/release/lab "$bin/lab.new" && mv "$bin/lab.new" "$bin/lab"
 lab=$bin/lab
-trainer=$lab at=""
+# The trainers: "" is today's lab; otherwise each commit's own build.
+ats=("")
 if [ -n "${REFILL_TRAIN_AT:-}" ]; then
-  at=$(git rev-parse --short "$REFILL_TRAIN_AT")
-  tree=$PWD/target/refill/tree-$at
-  [ -d "$tree" ] || git worktree add --detach "$tree" "$at" >/dev/null
-  (cd "$tree" && CARGO_TARGET_DIR=$PWD/../target-$at cargo build --release --quiet)
-  trainer=$PWD/target/refill/target-$at/release/lab
+  ats=()
+  for c in $REFILL_TRAIN_AT; do
+    at=$(git rev-parse --short "$c")
+    tree=$PWD/target/refill/tree-$at
+    [ -d "$tree" ] || git worktree add --detach "$tree" "$at" >/dev/null
+    (cd "$tree" && CARGO_TARGET_DIR=$PWD/../target-$at cargo build --release --quiet)
+    ats+=("$at")
+  done
 fi
+trainer_of() { if [ -z "$1" ]; then echo "$lab"; else echo "$PWD/target/refill/target-$1/release/lab"; fi; }
 figure=${REFILL_FIGURE:-tune/creativity}
+last=${ats[0]}
 for prefix in "$@"; do
   for dir in "$results"/runs/"$prefix"*/; do
     [ -d "$dir" ] || continue
     run=$(basename "$dir")
     if grep -q "\"$figure\"" "$dir/metrics.jsonl"; then continue; fi
-    # Each trainer its own directory: a run trained by other code is not this one.
-    out=checkpoints/refill${at:+/$at}/$run
-    if [ ! -e "$out/DONE" ]; then
-      resume=""
-      [ -e "$out/latest" ] && resume=--resume
-      echo "train $run $resume"
-      mkdir -p "$(dirname "$out")"
-      RAYON_NUM_THREADS=${REFILL_THREADS:-1} "$trainer" train --device cpu --config "$dir/config.toml" \
-        --out "$out" $resume > "$out.log" 2>&1 || { echo "FAILED $run (see $out.log)" >&2; exit 1; }
+    # The commit that matched last first, then the others in order.
+    order=("$last")
+    for a in "${ats[@]}"; do [ "$a" = "$last" ] || order+=("$a"); done
+    ok=0
+    for at in "${order[@]}"; do
+      trainer=$(trainer_of "$at")
+      # Each trainer its own directory: a run trained by other code is not this one.
+      out=checkpoints/refill${at:+/$at}/$run
+      if [ ! -e "$out/DONE" ]; then
+        resume=""
+        [ -e "$out/latest" ] && resume=--resume
+        echo "train $run ${at:+at $at }$resume"
+        mkdir -p "$(dirname "$out")"
+        RAYON_NUM_THREADS=${REFILL_THREADS:-1} "$trainer" train --device cpu --config "$dir/config.toml" \
+          --out "$out" $resume > "$out.log" 2>&1 || { echo "FAILED $run (see $out.log)" >&2; exit 1; }
+      fi
+      if [ -n "$at" ]; then
+        for epoch in $(grep '"val/loss"' "$out/metrics.jsonl" | sed -n 's/.*"epoch":\([0-9]*\).*/\1/p'); do
+          [ -e "$out/eval/epoch-$(printf %02d "$epoch").tune.summary.json" ] && continue
+          RAYON_NUM_THREADS=${REFILL_THREADS:-1} "$lab" eval --device cpu --run "$out" --epoch "$epoch" \
+            --split tune > /dev/null 2>> "$out.log" || { echo "FAILED tuning split of $run (see $out.log)" >&2; exit 1; }
+        done
+      fi
+      if "$lab" sweep refill "$dir" "$out"; then
+        ok=1 done_at=$at
+        break
+      fi
+      echo "$run: not trained by ${at:-the current code}" >&2
+    done
+    if [ $ok = 0 ]; then
+      echo "FAILED $run: none of ${REFILL_TRAIN_AT:-the current code} trained the committed run" >&2
+      exit 1
     fi
-    if [ "$trainer" != "$lab" ]; then
-      for epoch in $(grep '"val/loss"' "$out/metrics.jsonl" | sed -n 's/.*"epoch":\([0-9]*\).*/\1/p'); do
-        [ -e "$out/eval/epoch-$(printf %02d "$epoch").tune.summary.json" ] && continue
-        RAYON_NUM_THREADS=${REFILL_THREADS:-1} "$lab" eval --device cpu --run "$out" --epoch "$epoch" \
-          --split tune > /dev/null 2>> "$out.log" || { echo "FAILED tuning split of $run (see $out.log)" >&2; exit 1; }
-      done
-    fi
-    "$lab" sweep refill "$dir" "$out"
+    last=$done_at
     if [ "${REFILL_COMMIT:-1}" = 1 ]; then
-      git add -- "$dir/metrics.jsonl" && git commit --quiet -m "refill $run: $figure from the same run trained again" -- "$dir/metrics.jsonl" || true
+      git add -- "$dir/metrics.jsonl" && git commit --quiet -m "refill $run: $figure from the same run trained again${done_at:+ (at $done_at)}" -- "$dir/metrics.jsonl" || true
     fi
   done
 done
