@@ -425,8 +425,9 @@ impl Gpt {
     }
 
     /// Whether an op runs the lab's kernel: every op with the fused kernels on the CPU; on
-    /// CUDA with `--kernels fused`, an op whose kernel `has_cuda` (LayerNorm, GELU, the
-    /// attention of packed sequences and the loss's cross-entropy so far; off by default until a GPU check has passed them).
+    /// CUDA with `--kernels fused`, an op whose kernel `has_cuda` (LayerNorm, GELU with the
+    /// bias add before it, the attention of packed sequences and the loss's cross-entropy so
+    /// far; off by default until a GPU check has passed them).
     fn fused(&self, has_cuda: bool) -> bool {
         self.kernels == Kernels::Fused && (self.device().is_cpu() || has_cuda)
     }

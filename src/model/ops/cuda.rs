@@ -4,7 +4,7 @@
 
 use candle_core::backend::BackendStorage;
 use candle_core::cuda::cudarc::driver::{CudaView, LaunchConfig, PushKernelArg};
-use candle_core::cuda_backend::WrapErr;
+use candle_core::cuda_backend::{CudaDType, WrapErr};
 use candle_core::{CudaDevice, CudaStorage, Layout, Result, bail};
 
 use super::cuda_shape::{
@@ -20,18 +20,20 @@ pub struct CudaIn<'a> {
 impl<'a> CudaIn<'a> {
     /// The f32 values, or an error naming `op`.
     pub fn f32(&self, op: &str) -> Result<CudaView<'a, f32>> {
-        let Some((a, b)) = self.l.contiguous_offsets() else {
-            bail!("{op}: input must be contiguous")
-        };
-        Ok(self.s.as_cuda_slice::<f32>()?.slice(a..b))
+        self.values(op)
     }
 
     /// The u32 values (targets), or an error naming `op`.
     pub fn u32(&self, op: &str) -> Result<CudaView<'a, u32>> {
+        self.values(op)
+    }
+
+    /// The values of the contiguous input as `T`.
+    fn values<T: CudaDType>(&self, op: &str) -> Result<CudaView<'a, T>> {
         let Some((a, b)) = self.l.contiguous_offsets() else {
             bail!("{op}: input must be contiguous")
         };
-        Ok(self.s.as_cuda_slice::<u32>()?.slice(a..b))
+        Ok(self.s.as_cuda_slice::<T>()?.slice(a..b))
     }
 
     pub fn shape(&self) -> &'a candle_core::Shape {
