@@ -22,7 +22,9 @@ cd "$(dirname "$0")/.."
 major=13
 while [ $# -gt 0 ]; do
   case "$1" in
-    --cuda) major=${2:-}; shift 2 || true ;;
+    --cuda)
+      [ $# -ge 2 ] || { echo "build-cuda: --cuda: give 13 or 12" >&2; exit 2; }
+      major=$2; shift 2 ;;
     *) echo "build-cuda: unknown argument '$1' (usage: scripts/build-cuda.sh [--cuda 13|12])" >&2; exit 2 ;;
   esac
 done
