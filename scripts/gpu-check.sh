@@ -19,17 +19,18 @@
 #      libcublasLt);
 #   1. the binary: --lab BIN, else dist/lab-cuda; never built on the device machine (the dry run
 #      uses target/release/lab); then `lab kernel-check --device cuda`: the lab's CUDA kernels
-#      (LayerNorm, GELU, packed attention and the loss's cross-entropy, forward and every
-#      gradient; the multi-tensor AdamW) against their
-#      CPU version, and one batch's loss and every parameter's gradient from the CUDA model
-#      (fp32 with TF32 off, and bf16; composed, and with the lab's kernels) against the CPU's fp32, at 1m-L4, 10m-L6, 100m-L8 and the study shape (the dry run: tiny, on the CPU);
+#      (LayerNorm, GELU, packed attention, the loss's cross-entropy and the head's loss with no
+#      logits kept, forward and every gradient; the multi-tensor AdamW) against their CPU
+#      version, and one batch's loss and every parameter's gradient from the CUDA model (fp32
+#      with TF32 off, and bf16; composed, and with the lab's kernels) against the CPU's fp32,
+#      at 1m-L4, 10m-L6, 100m-L8 and the study shape (the dry run: tiny, on the CPU);
 #   2. the first-step loss on the device equals the CPU loss on the same batch: fp32 (TF32
 #      matmuls, tolerance 2e-3 relative) and bf16 (2e-2 relative), against the CPU's fp32;
 #   3. the backward: 5 fp32 steps on the device and on the CPU from the same seed and batches;
 #      the loss and gradient norm at every step (2e-3 relative on CUDA, 1e-4 in the dry run),
 #      and every tensor's update after the last (relative L2, 0.1 on CUDA, 1e-2 in the dry run;
 #      scripts/compare_updates.py); on CUDA with the composed kernels and again with the lab's
-#      (--kernels fused: LayerNorm, bias+GELU, packed attention, the loss's cross-entropy and
+#      (--kernels fused: LayerNorm, bias+GELU, packed attention, the head's loss and
 #      the multi-tensor AdamW). In the dry run the "device" side runs the
 #      composed kernels that CUDA runs (--kernels composed) and the CPU side the fused ones;
 #   4. 200 steps of 10m-L6 and of 100m-L8 in bf16, of 100m-L8 in bf16 with the lab's kernels,

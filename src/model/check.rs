@@ -5,7 +5,7 @@
 
 use std::fmt::Write as _;
 
-use candle_core::{Device, Result, Tensor, Var};
+use candle_core::{DType, Device, Result, Tensor, Var};
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
@@ -126,7 +126,7 @@ fn compare(
 /// Every kernel at the shapes of `cfg` (its width, heads and vocabulary; a batch of 64
 /// sequences of 12 to 26 tokens, half its rows at loss positions), inputs drawn from `rng`, on
 /// `device`: on CUDA the kernels with a CUDA version (LayerNorm, GELU with and without the bias,
-/// attention and the loss's cross-entropy so far).
+/// attention, the loss's cross-entropy and the head's loss with no logits kept).
 pub fn check_config(
     name: &str,
     cfg: &Config,
@@ -213,13 +213,26 @@ pub fn check_config(
         &|t| ops::reference::cross_entropy(&t[0], &targets),
         &[logits],
     )?);
-    if !device.is_cpu() {
-        return Ok(rows);
-    }
     let head = [
         random(rng, &[loss_rows, e], 1.0)?,
         random(rng, &[v, e], 0.1)?,
     ];
+    // The head and its loss with no logits kept (the CUDA model's with the lab's kernels), its
+    // products in full f32.
+    crate::device::tf32(false);
+    rows.extend(compare(
+        rng,
+        (name, "head_loss", &["x", "wte"]),
+        (
+            &|t| ops::head_loss(&t[0], &t[1], &on_device, DType::F32),
+            device,
+        ),
+        &|t| ops::reference::head_cross_entropy(&t[0], &t[1], &targets),
+        &head,
+    )?);
+    if !device.is_cpu() {
+        return Ok(rows);
+    }
     rows.extend(compare(
         rng,
         (name, "head_cross_entropy", &["x", "wte"]),

@@ -426,7 +426,7 @@ impl Gpt {
 
     /// Whether an op runs the lab's kernel: every op with the fused kernels on the CPU; on
     /// CUDA with `--kernels fused`, an op whose kernel `has_cuda` (LayerNorm, GELU with the
-    /// bias add before it, the attention of packed sequences and the loss's cross-entropy so
+    /// bias add before it, the attention of packed sequences and the head with its loss so
     /// far; off by default until a GPU check has passed them).
     fn fused(&self, has_cuda: bool) -> bool {
         self.kernels == Kernels::Fused && (self.device().is_cpu() || has_cuda)
@@ -620,11 +620,11 @@ impl Gpt {
         match self.ops() {
             Kernels::Fused => ops::head_cross_entropy(&sel, &self.wte, targets),
             Kernels::Composed => {
-                let logits = self.logits(&sel)?;
                 if self.fused(true) {
-                    // CUDA with the lab's kernels: log-softmax and gather as one kernel each way.
-                    return ops::cross_entropy(&logits, targets)?.mean_all();
+                    // CUDA with the lab's kernels: the head and its loss keep no logits.
+                    return ops::head_loss(&sel, &self.wte, targets, self.matmul_dtype);
                 }
+                let logits = self.logits(&sel)?;
                 let logp = candle_nn::ops::log_softmax(&logits, D::Minus1)?;
                 let picked = logp.gather(&targets.unsqueeze(1)?, 1)?;
                 picked.mean_all()?.neg()

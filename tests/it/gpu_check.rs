@@ -47,7 +47,7 @@ fn the_dry_run_passes_every_step() {
     }
     for needle in [
         "ldd: nothing missing",
-        "| 1 kernel-check | ok | 35 of 35 comparisons within tolerance on cpu",
+        "| 1 kernel-check | ok | 38 of 38 comparisons within tolerance on cpu",
         "3 backward, composed kernels, train/loss, 5 steps",
         "3 backward, composed kernels, train/grad_norm, 5 steps",
         "worst update",

@@ -13,8 +13,8 @@ fn every_kernel_is_within_tolerance_at_a_config_and_the_seed_is_printed() {
     let text = String::from_utf8_lossy(&out.stdout);
     let rows: Vec<&str> = text.lines().filter(|l| l.starts_with("| tiny |")).collect();
     // layer_norm 4, two linears 4 each, gelu 2, bias_gelu 3, attention 2, cross_entropy 2,
-    // head 3; adamw 5; the model 3 in fp32 and 3 in bf16.
-    assert_eq!(rows.len(), 35, "{text}");
+    // head_loss 3, head 3; adamw 5; the model 3 in fp32 and 3 in bf16.
+    assert_eq!(rows.len(), 38, "{text}");
     assert!(rows.iter().all(|r| r.ends_with("| ok |")), "{text}");
     for op in [
         "layer_norm",
@@ -24,6 +24,7 @@ fn every_kernel_is_within_tolerance_at_a_config_and_the_seed_is_printed() {
         "bias_gelu",
         "causal_attention",
         "cross_entropy",
+        "head_loss",
     ] {
         assert!(
             rows.iter().any(|r| r.contains(&format!("| {op} |"))),
@@ -45,7 +46,7 @@ fn every_kernel_is_within_tolerance_at_a_config_and_the_seed_is_printed() {
         assert!(rows.iter().any(|r| r.contains(what)), "{what}: {text}");
     }
     assert!(
-        text.contains("35 of 35 comparisons within tolerance on cpu (")
+        text.contains("38 of 38 comparisons within tolerance on cpu (")
             && text.contains("(inputs from --seed 7)"),
         "{text}"
     );

@@ -10,6 +10,7 @@ unsafe extern "C" {
         targets: *const u32,
         dloss: *const f32,
         dx: *mut f32,
+        loss: *mut f32,
         n: i32,
         v: i32,
     );
@@ -53,17 +54,24 @@ impl Kernel for CrossEntropy {
     #[cfg(feature = "cuda")]
     fn cuda(&self, xs: &[CudaIn]) -> Result<(candle_core::CudaStorage, Shape)> {
         let n = xs[0].shape().dims2()?.0;
-        Ok((cuda::cross_entropy(&xs[0], &xs[1], None)?, Shape::from(n)))
+        Ok((
+            cuda::cross_entropy(&xs[0], &xs[1], None, false)?,
+            Shape::from(n),
+        ))
     }
 
     fn bwd(&self, xs: &[&Tensor], dy: &Tensor) -> Result<Vec<Option<Tensor>>> {
-        let dx = apply_no_bwd(CrossEntropyBwd, &[xs[0], xs[1], &dy.contiguous()?])?;
+        let bwd = CrossEntropyBwd { and_loss: false };
+        let dx = apply_no_bwd(bwd, &[xs[0], xs[1], &dy.contiguous()?])?;
         Ok(vec![Some(dx), None])
     }
 }
 
-/// The logits' gradient from each row's loss gradient: (softmax − one-hot)·dloss.
-struct CrossEntropyBwd;
+/// The logits' gradient from each row's loss gradient: (softmax − one-hot)·dloss; where
+/// `and_loss`, each row's loss after it (n·v + n values), from the same pass over the row.
+struct CrossEntropyBwd {
+    and_loss: bool,
+}
 
 impl Kernel for CrossEntropyBwd {
     const NAME: &'static str = "lab-cross-entropy-bwd";
@@ -78,26 +86,67 @@ impl Kernel for CrossEntropyBwd {
         if g.len() != n {
             bail!("{}: {} loss gradients for {n} rows", Self::NAME, g.len());
         }
-        let mut dx = vec![0f32; n * v];
-        // SAFETY: x and dx hold n rows of v, t and g n values, every target below v.
+        let mut out = vec![0f32; n * v + if self.and_loss { n } else { 0 }];
+        let (dx, loss) = out.split_at_mut(n * v);
+        let loss = if self.and_loss {
+            loss.as_mut_ptr()
+        } else {
+            std::ptr::null_mut()
+        };
+        // SAFETY: x and dx hold n rows of v, t and g n values, every target below v; loss is
+        // null or holds n values.
         unsafe {
             lab_ce_bwd_host(
                 x.as_ptr(),
                 t.as_ptr(),
                 g.as_ptr(),
                 dx.as_mut_ptr(),
+                loss,
                 n as i32,
                 v as i32,
             )
         };
-        Ok((dx, xs[0].shape().clone()))
+        Ok((out, self.shape(n, v)))
     }
 
     #[cfg(feature = "cuda")]
     fn cuda(&self, xs: &[CudaIn]) -> Result<(candle_core::CudaStorage, Shape)> {
-        let dx = cuda::cross_entropy(&xs[0], &xs[1], Some(&xs[2]))?;
-        Ok((dx, xs[0].shape().clone()))
+        let (n, v) = xs[0].shape().dims2()?;
+        let out = cuda::cross_entropy(&xs[0], &xs[1], Some(&xs[2]), self.and_loss)?;
+        Ok((out, self.shape(n, v)))
     }
+}
+
+impl CrossEntropyBwd {
+    fn shape(&self, n: usize, v: usize) -> Shape {
+        if self.and_loss {
+            Shape::from(n * v + n)
+        } else {
+            Shape::from((n, v))
+        }
+    }
+}
+
+/// The gradient of Σ_r g_r·loss_r with respect to logits (n, v), and each row's loss (n), in
+/// one pass over the logits: what the head's loss needs of a chunk's logits.
+pub(super) fn cross_entropy_grad_and_loss(
+    logits: &Tensor,
+    targets: &Tensor,
+    g: &Tensor,
+) -> Result<(Tensor, Tensor)> {
+    let (n, v) = logits.dims2()?;
+    let both = apply_no_bwd(
+        CrossEntropyBwd { and_loss: true },
+        &[
+            &logits.contiguous()?,
+            &targets.contiguous()?,
+            &g.contiguous()?,
+        ],
+    )?;
+    Ok((
+        both.narrow(0, 0, n * v)?.reshape((n, v))?,
+        both.narrow(0, n * v, n)?,
+    ))
 }
 
 /// The cross-entropy of each row of logits (n, v) against its target (n, u32): a loss (n).

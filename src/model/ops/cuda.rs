@@ -253,8 +253,14 @@ pub fn attention(
 }
 
 /// Each row's cross-entropy of logits (n, v) against targets (n, u32), or with `dloss` (n)
-/// the logits' gradient (n, v): one block a row. Targets are the caller's to keep below v.
-pub fn cross_entropy(x: &CudaIn, targets: &CudaIn, dloss: Option<&CudaIn>) -> Result<CudaStorage> {
+/// the logits' gradient (n, v), followed by the losses (n) too where `and_loss`: one block a
+/// row. Targets are the caller's to keep below v.
+pub fn cross_entropy(
+    x: &CudaIn,
+    targets: &CudaIn,
+    dloss: Option<&CudaIn>,
+    and_loss: bool,
+) -> Result<CudaStorage> {
     const OP: &str = "lab-cross-entropy";
     let dev = x.device();
     let (n, v) = x.shape().dims2()?;
@@ -262,8 +268,12 @@ pub fn cross_entropy(x: &CudaIn, targets: &CudaIn, dloss: Option<&CudaIn>) -> Re
     if tv.len() != n {
         bail!("{OP}: {} targets for {n} rows", tv.len());
     }
-    let out_len = if dloss.is_some() { n * v } else { n };
-    // SAFETY: a block a row writes that row's loss, or every value of its gradient.
+    let out_len = match dloss {
+        None => n,
+        Some(_) => n * v + if and_loss { n } else { 0 },
+    };
+    // SAFETY: a block a row writes that row's loss, or every value of its gradient (and its
+    // loss).
     let mut out = unsafe { dev.alloc::<f32>(out_len) }?;
     if n == 0 || v == 0 {
         return Ok(CudaStorage::wrap_cuda_slice(out, dev.clone()));
@@ -284,9 +294,18 @@ pub fn cross_entropy(x: &CudaIn, targets: &CudaIn, dloss: Option<&CudaIn>) -> Re
                 bail!("{OP}: {} loss gradients for {n} rows", gv.len());
             }
             let f = dev.get_or_load_custom_func("lab_ce_bwd", OP, ptx)?;
+            let (mut dx, mut loss) = out.split_at_mut(n * v);
+            // The kernel writes no loss through a null pointer.
+            let null = 0u64;
             let mut l = f.builder();
-            l.arg(&xv).arg(&tv).arg(&gv).arg(&mut out).arg(&v32);
-            // SAFETY: x and dx hold n rows of v, targets and dloss n values.
+            l.arg(&xv).arg(&tv).arg(&gv).arg(&mut dx);
+            if and_loss {
+                l.arg(&mut loss);
+            } else {
+                l.arg(&null);
+            }
+            l.arg(&v32);
+            // SAFETY: x and dx hold n rows of v, targets, dloss (and the losses) n values.
             unsafe { l.launch(grid(n, CE_THREADS)) }.w()?;
         }
     }

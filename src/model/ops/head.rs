@@ -1,5 +1,5 @@
-//! The tied LM head fused with masked cross-entropy at the loss rows: the forward
-//! keeps each row's softmax, so the backward needs no second pass over the vocabulary.
+//! The tied LM head fused with masked cross-entropy at the loss rows: on the CPU the forward
+//! keeps each row's softmax; on any device `head_loss` keeps no logits (chunks, grads made early).
 
 use super::*;
 
@@ -196,4 +196,97 @@ pub fn head_cross_entropy_runs(
         probs: Default::default(),
     };
     apply(op, &[&x.contiguous()?, &wte.contiguous()?, targets])
+}
+
+/// The mean cross-entropy of the rows of `x` (n×E) against `targets` under the tied head `wte`
+/// (V×E) on any device, its products in `dtype`, with no logits kept for the backward: each
+/// chunk of `HEAD_CHUNK` rows makes its logits, turns them into their gradient and its losses
+/// in one pass (`cross_entropy.cu`), and then into its share of dx and dwte; the backward only
+/// scales those by the loss's gradient. On CUDA the model's loss with the lab's kernels.
+pub fn head_loss(x: &Tensor, wte: &Tensor, targets: &Tensor, dtype: DType) -> Result<Tensor> {
+    head_loss_chunked(x, wte, targets, dtype, HEAD_CHUNK)
+}
+
+/// `head_loss` with chunks of `chunk` rows.
+pub(super) fn head_loss_chunked(
+    x: &Tensor,
+    wte: &Tensor,
+    targets: &Tensor,
+    dtype: DType,
+    chunk: usize,
+) -> Result<Tensor> {
+    const OP: &str = "lab-head-loss";
+    let (n, e) = x.dims2()?;
+    let (_, we) = wte.dims2()?;
+    if n == 0 || we != e || targets.elem_count() != n {
+        bail!(
+            "{OP}: rows {:?} of a head {:?} against {} targets",
+            x.dims(),
+            wte.dims(),
+            targets.elem_count()
+        );
+    }
+    let mm = |a: &Tensor, b: &Tensor| -> Result<Tensor> {
+        a.to_dtype(dtype)?
+            .matmul(&b.to_dtype(dtype)?)?
+            .to_dtype(DType::F32)
+    };
+    // Outside the graph: this op's backward is the gradients made here.
+    let (h, w) = (x.detach(), wte.detach().to_dtype(dtype)?);
+    let g = Tensor::full(1.0 / n as f32, n, x.device())?;
+    let (mut losses, mut dxs, mut dw) = (Vec::new(), Vec::new(), None);
+    for at in (0..n).step_by(chunk.max(1)) {
+        let rows = chunk.max(1).min(n - at);
+        let hc = h.narrow(0, at, rows)?;
+        let logits = mm(&hc, &w.t()?)?;
+        let (dl, loss) = super::cross_entropy::cross_entropy_grad_and_loss(
+            &logits,
+            &targets.narrow(0, at, rows)?,
+            &g.narrow(0, at, rows)?,
+        )?;
+        drop(logits);
+        dxs.push(mm(&dl, &w)?);
+        let dwc = mm(&dl.t()?, &hc)?;
+        dw = Some(match dw {
+            None => dwc,
+            Some(d) => (d + dwc)?,
+        });
+        losses.push(loss);
+    }
+    let loss = (Tensor::cat(&losses, 0)?.sum_all()? / n as f64)?;
+    let grads = HeadGrads {
+        dx: Tensor::cat(&dxs, 0)?,
+        dw: dw.expect("at least one chunk"),
+    };
+    apply(grads, &[x, wte, &loss])
+}
+
+/// The head loss in the graph: its forward passes the loss on, its backward scales the
+/// gradients of x and wte made in the forward by the loss's gradient.
+struct HeadGrads {
+    dx: Tensor,
+    dw: Tensor,
+}
+
+impl Kernel for HeadGrads {
+    const NAME: &'static str = "lab-head-loss";
+
+    fn cpu(&self, xs: &[In]) -> Result<(Vec<f32>, Shape)> {
+        Ok((xs[2].f32::<Self>()?.to_vec(), xs[2].shape().clone()))
+    }
+
+    #[cfg(feature = "cuda")]
+    fn cuda(&self, xs: &[CudaIn]) -> Result<(candle_core::CudaStorage, Shape)> {
+        use candle_core::backend::BackendStorage;
+        Ok((xs[2].s.try_clone(xs[2].l)?, xs[2].shape().clone()))
+    }
+
+    fn bwd(&self, _xs: &[&Tensor], dloss: &Tensor) -> Result<Vec<Option<Tensor>>> {
+        let g = dloss.to_dtype(DType::F32)?;
+        Ok(vec![
+            Some(self.dx.broadcast_mul(&g)?),
+            Some(self.dw.broadcast_mul(&g)?),
+            None,
+        ])
+    }
 }

@@ -182,6 +182,37 @@ fn head_cross_entropy_matches_log_softmax_of_the_logits() {
 }
 
 #[test]
+fn head_loss_keeping_no_logits_matches_log_softmax_of_the_logits() {
+    // Chunks of 7 rows over 23 (the last one short), and the whole batch as one chunk; a
+    // vocabulary wider than a cross-entropy block's threads.
+    let (n, e, v) = (23, 9, 300);
+    let targets: Vec<u32> = (0..n as u32).map(|i| i * 7 % v as u32).collect();
+    let targets = Tensor::from_vec(targets, n, &Device::Cpu).unwrap();
+    for chunk in [7, HEAD_CHUNK] {
+        compare(
+            &|t| head::head_loss_chunked(&t[0], &t[1], &targets, DType::F32, chunk),
+            &|t| reference::head_cross_entropy(&t[0], &t[1], &targets),
+            &[values(&[n, e], 9), values(&[v, e], 10)],
+            1e-5,
+            &format!("head loss in chunks of {chunk} rows"),
+        );
+    }
+}
+
+#[test]
+fn head_loss_refuses_targets_that_are_not_one_a_row() {
+    let targets = Tensor::from_vec(vec![0u32, 1], 2, &Device::Cpu).unwrap();
+    let err = head_loss(
+        &values(&[3, 4], 1),
+        &values(&[5, 4], 2),
+        &targets,
+        DType::F32,
+    )
+    .unwrap_err();
+    assert!(err.to_string().contains("against 2 targets"), "{err}");
+}
+
+#[test]
 fn bias_gelu_matches_gelu_of_the_biased_input() {
     // The kernel that CUDA runs (its host build): a bias of odd width over more elements than
     // a block's threads, the bias's gradient summed over the rows.
