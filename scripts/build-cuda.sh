@@ -74,3 +74,7 @@ bin=dist/lab-cuda$suffix
 strip -o "$bin" "target/cuda$suffix/release/lab"
 echo "== $bin ($(du -h "$bin" | cut -f1)); it needs, on the GPU machine:"
 readelf -d "$bin" | grep -E 'NEEDED|RUNPATH' | grep -E 'cu|nvrtc|RUNPATH' || true
+# The launch counter that gpu-check preloads (scripts/bench/launches.c): host code only, built
+# here with the binary since nothing is built on the GPU machine.
+cc -O2 -Wall -Werror -shared -fPIC -o dist/liblaunches.so scripts/bench/launches.c -ldl -lpthread
+echo "== dist/liblaunches.so (the launch counter gpu-check preloads)"

@@ -41,7 +41,12 @@
 #      generated tokens/s;
 #   7. small runs packed on one GPU: K = 1, 4 and 8 concurrent runs (1 and 2 in the dry run) of
 #      the 1m-L4 and 10m-L6 configs, their summed tokens/s: the GPU study's cost table; on CUDA,
-#      1m-L4 again under an MPS daemon (nvidia-cuda-mps-control) where the machine has one.
+#      1m-L4 again under an MPS daemon (nvidia-cuda-mps-control) where the machine has one;
+#   8. launches a step, a layer and outside the layers, composed and with the lab's kernels:
+#      1m-L4 at 4 and 8 layers, bf16, 2 and 4 steps each under the preloaded launch counter
+#      (dist/liblaunches.so, scripts/bench/launches.c); also cuBLAS products, memsets, copies,
+#      allocations and host waits a step, and the 25 kernels launched most
+#      (launches-<kernels>.md).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 root=$(pwd)
@@ -384,6 +389,47 @@ if [ $dev = cuda ] && command -v nvidia-cuda-mps-control >/dev/null 2>&1; then
     row "7 MPS" FAILED "the MPS daemon did not start"
   fi
   unset CUDA_MPS_PIPE_DIRECTORY CUDA_MPS_LOG_DIRECTORY
+fi
+
+# 8. Launches: what one step asks of the GPU, per layer and outside the layers (issue 50's
+# budget: 40 a layer, 20 for the embedding, head, loss and optimizer), counted by the preloaded
+# scripts/bench/launches.c (built with the binary: dist/liblaunches.so; the dry run builds its
+# own, and counts nothing on the CPU) in the small config at two depths, 2 and 4 steps each.
+shim=$root/dist/liblaunches.so
+if [ $dry = 1 ]; then
+  shim=$out/liblaunches.so
+  cc -O2 -shared -fPIC -o "$shim" "$root/scripts/bench/launches.c" -ldl -lpthread 2>"$out/s8-cc.log" ||
+    fail 8 "$out/s8-cc.log"
+  depths=(1 2)
+  prec=()
+else
+  depths=(4 8)
+  prec=(--set train.precision=bf16)
+fi
+if [ ! -f "$shim" ]; then
+  row "8 launches" FAILED "$shim missing (scripts/build-cuda.sh builds it; carry dist/)"
+  failed=$((failed + 1))
+else
+  for k in composed fused; do
+    files=()
+    ok=1
+    for l in "${depths[@]}"; do
+      for s in 2 4; do
+        f=$out/s8-$k-L$l-s$s.txt
+        files+=("$f")
+        LD_PRELOAD=$shim LAB_LAUNCHES=$f train "s8-$k-L$l-s$s" "${packs[0]}" $dev 60 --max-steps $s \
+          --kernels $k --set model.n_layer=$l --set train.log_every=100 "${prec[@]}" || { ok=0; break 2; }
+      done
+    done
+    if [ $ok = 1 ] && line=$(python3 "$root/scripts/bench/launches.py" "${depths[0]}" "${files[0]}" \
+      "${files[1]}" "${depths[1]}" "${files[2]}" "${files[3]}" 2 --kernels 25 2>&1); then
+      printf '%s\n' "$line" >"$out/launches-$k.md"
+      row "8 launches, $(basename "${packs[0]}" .toml), $k" ok "$(head -n 1 <<<"$line")"
+    else
+      fail 8 "$(ls -t "$out"/s8-$k-*.log | head -n 1)"
+      row "8 launches, $k" FAILED "see the error above"
+    fi
+  done
 fi
 
 finish

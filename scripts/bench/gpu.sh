@@ -9,7 +9,8 @@
 # Rows: 1m-L4, 10m-L6 and 100m-L8 at the paper's batch (64 sequences, about 1,300 tokens), and
 # 100m-L8 at 1,600 sequences (about 33k tokens). Columns: ms a step, tokens/s, MFU (the lab's
 # FLOP count, which PyTorch's runs share: same model, same tokens) and CUDA kernels a step
-# (PyTorch: torch.profiler over one step; the lab: ncu over steps 3 to 4 where BENCH_NCU=1).
+# (PyTorch: torch.profiler over one step; the lab: kernels and cuBLAS products of steps 3 and 4
+# under the launch counter dist/liblaunches.so, which scripts/build-cuda.sh builds).
 #
 #   scripts/bench/gpu.sh [--lab BIN]     on a GPU machine, after scripts/gpu-check.sh or alone;
 #                                        default BIN dist/lab-cuda; the table goes to
@@ -56,13 +57,21 @@ print(v[-1] if v else '')" "$work/lab-$cfg-$batch-$k")
       ms=$(python3 -c "import sys; t, n, tps = map(float, sys.argv[1:]); print(f'{1000 * t / n / tps:.2f}')" "$tok" "$n" "$tps" 2>/dev/null || echo '?')
       pct=$(python3 -c "import sys; print(f'{100 * float(sys.argv[1]):.1f}%' if sys.argv[1] else '?')" "$mfu")
       launches=""
-      if [ "${BENCH_NCU:-0}" = 1 ] && command -v ncu >/dev/null; then
-        # Kernels of steps 3 and 4 alone: the launches of 4 steps less those of 2, halved.
-        count() { timeout "$(limit 120)" ncu --metrics gpu__time_duration.sum --csv "$lab" train --config "$conf" \
-          --device cuda --out "$work/ncu-$cfg-$k-$1" --max-steps "$1" --kernels $k "${set_batch[@]}" 2>/dev/null |
-          grep -c '"gpu__time_duration.sum"'; }
-        a=$(count 2) b=$(count 4)
-        launches=$(( (b - a) / 2 ))
+      if [ -f "$root/dist/liblaunches.so" ]; then
+        # Calls of steps 3 and 4 alone (kernels and cuBLAS products): 4 steps less 2, halved.
+        for s in 2 4; do
+          LD_PRELOAD=$root/dist/liblaunches.so LAB_LAUNCHES=$work/launches-$cfg-$batch-$k-$s.txt \
+            timeout "$(limit 60)" "$lab" train --config "$conf" --device cuda \
+            --out "$work/launches-$cfg-$batch-$k-$s" --max-steps $s --kernels $k "${set_batch[@]}" \
+            >/dev/null 2>&1
+        done
+        launches=$(python3 -c "
+import sys
+def calls(p):
+    c = dict(l.split()[:2] for l in open(p) if not l.startswith('kernel'))
+    return int(c['launches']) + int(c['gemms'])
+print(f'{(calls(sys.argv[2]) - calls(sys.argv[1])) / 2:.0f}')" \
+          "$work/launches-$cfg-$batch-$k-2.txt" "$work/launches-$cfg-$batch-$k-4.txt" 2>/dev/null)
       fi
       table+=("| $cfg | $batch | lab $k | $ms | $tps | $pct | ${launches:-n/a} |")
     else

@@ -36,9 +36,9 @@ fn the_dry_run_passes_every_step() {
         .collect();
     // The header; libraries, binary, kernel-check, two first-step losses, the backward's
     // loss, gradient norm and updates, three throughputs (two bf16, one fp32), resume, decode,
-    // and K = 1 and 2 packed runs.
+    // K = 1 and 2 packed runs, and the launches of each kernel set (none on the CPU).
     let steps = [
-        "0", "1", "1", "2", "2", "3", "3", "3", "4", "4", "4", "5", "6", "7", "7",
+        "0", "1", "1", "2", "2", "3", "3", "3", "4", "4", "4", "5", "6", "7", "7", "8", "8",
     ];
     assert_eq!(rows.len(), 1 + steps.len(), "{stdout}");
     for (row, step) in rows[1..].iter().zip(steps) {
@@ -55,6 +55,7 @@ fn the_dry_run_passes_every_step() {
         "| 4 20 steps tiny, fp32, composed | ok |",
         "generated tokens/s",
         "| 7 2 × tiny at once",
+        "| 8 launches, tiny, fused | ok | 0 a step at L = 1 (0 kernels, 0 cuBLAS products)",
     ] {
         assert!(stdout.contains(needle), "{needle}: {stdout}");
     }
@@ -71,6 +72,8 @@ fn the_dry_run_passes_every_step() {
         "s2-cpu.log",
         "s3-dev-composed.log",
         "s7-tiny-k2-2.log",
+        "s8-composed-L2-s4.txt",
+        "launches-fused.md",
     ] {
         assert!(dir.join(log).exists(), "{log}");
     }

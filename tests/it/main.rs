@@ -11,6 +11,7 @@ mod eval_score;
 mod findings;
 mod gpu_check;
 mod kernel_check;
+mod launches;
 mod parity;
 mod sets;
 mod shipped;
