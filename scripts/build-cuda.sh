@@ -74,6 +74,9 @@ bin=dist/lab-cuda$suffix
 strip -o "$bin" "target/cuda$suffix/release/lab"
 echo "== $bin ($(du -h "$bin" | cut -f1)); it needs, on the GPU machine:"
 readelf -d "$bin" | grep -E 'NEEDED|RUNPATH' | grep -E 'cu|nvrtc|RUNPATH' || true
+# Compressed to be carried (the device tool carries 64 MiB in all; gpu-check unpacks it).
+xz -T2 -6 -c "$bin" >"$bin.xz.part" && mv "$bin.xz.part" "$bin.xz"
+echo "== $bin.xz ($(du -h "$bin.xz" | cut -f1)), to carry"
 # The launch counter that gpu-check preloads (scripts/bench/launches.c): host code only, built
 # here with the binary since nothing is built on the GPU machine.
 cc -O2 -Wall -Werror -shared -fPIC -o dist/liblaunches.so scripts/bench/launches.c -ldl -lpthread

@@ -10,8 +10,10 @@
 # With $OUT set (the device tool sets it), the table and every step's log are written under it.
 # The device call, from the repository root here (dist/ is git-ignored, so it must be carried):
 #
-#   scripts/build-cuda.sh                             (here, no GPU: writes dist/lab-cuda)
-#   device run: command "bash scripts/gpu-check.sh", carry ["dist"]
+#   scripts/build-cuda.sh          (here, no GPU: writes dist/lab-cuda, its .xz and liblaunches.so)
+#   device run: carry ["dist/lab-cuda.xz", "dist/liblaunches.so"], timeout_s 600, command
+#     "LAB_GPU_CHECK_BUDGET=270 bash scripts/gpu-check.sh; BENCH_BUDGET=290 bash scripts/bench/gpu.sh"
+#   (the check, then the lab against PyTorch, in one call of under 10 minutes).
 #
 #   0. the libraries: ldd of the binary; when a CUDA 13 library is missing, it is looked for in
 #      the toolkit paths, then in every nvidia/*/lib of the Python environments present, and
@@ -141,6 +143,11 @@ if [ -z "$lab" ]; then
   else
     lab=$root/dist/lab-cuda
     how="carried: dist/lab-cuda"
+    # Carried compressed (the binary is over the carry limit): unpacked here, once.
+    if [ ! -x "$lab" ] && [ -f "$lab.xz" ]; then
+      xz -dc "$lab.xz" >"$lab.part" && chmod +x "$lab.part" && mv "$lab.part" "$lab"
+      how="carried: dist/lab-cuda.xz, unpacked"
+    fi
   fi
 else
   how="given: $lab"
