@@ -21,8 +21,8 @@
 #      libcublasLt);
 #   1. the binary: --lab BIN, else dist/lab-cuda; never built on the device machine (the dry run
 #      uses target/release/lab); then `lab kernel-check --device cuda`: the lab's CUDA kernels
-#      (LayerNorm, GELU, packed attention, the loss's cross-entropy and the head's loss with no
-#      logits kept, forward and every gradient; the multi-tensor AdamW) against their CPU
+#      (LayerNorm, the cuBLASLt linear layer, GELU, packed attention, the loss's cross-entropy
+#      and the head's loss with no logits kept, forward and every gradient; the multi-tensor AdamW) against their CPU
 #      version, and one batch's loss and every parameter's gradient from the CUDA model (fp32
 #      with TF32 off, and bf16; composed, and with the lab's kernels) against the CPU's fp32,
 #      at 1m-L4, 10m-L6, 100m-L8 and the study shape (the dry run: tiny, on the CPU);
@@ -32,7 +32,8 @@
 #      the loss and gradient norm at every step (2e-3 relative on CUDA, 1e-4 in the dry run),
 #      and every tensor's update after the last (relative L2, 0.1 on CUDA, 1e-2 in the dry run;
 #      scripts/compare_updates.py); on CUDA with the composed kernels and again with the lab's
-#      (--kernels fused: LayerNorm, bias+GELU, packed attention, the head's loss and
+#      (--kernels fused: LayerNorm, cuBLASLt linear layers, bias+GELU, packed attention, the
+#      head's loss and
 #      the multi-tensor AdamW). In the dry run the "device" side runs the
 #      composed kernels that CUDA runs (--kernels composed) and the CPU side the fused ones;
 #   4. 200 steps of 10m-L6 and of 100m-L8 in bf16, of 100m-L8 in bf16 with the lab's kernels,

@@ -1,7 +1,6 @@
 //! `lab kernel-check`: every lab kernel, forward and backward, against its definition
 //! (`ops::reference`) at the shapes of real configs, on fresh random inputs, as a table; on
-//! CUDA, the kernels that have a CUDA version (LayerNorm, GELU, attention, the optimizer) against their
-//! CPU version.
+//! CUDA, the kernels that have a CUDA version against their definitions on the CPU.
 
 use std::fmt::Write as _;
 
@@ -125,8 +124,9 @@ fn compare(
 
 /// Every kernel at the shapes of `cfg` (its width, heads and vocabulary; a batch of 64
 /// sequences of 12 to 26 tokens, half its rows at loss positions), inputs drawn from `rng`, on
-/// `device`: on CUDA the kernels with a CUDA version (LayerNorm, GELU with and without the bias,
-/// attention, the loss's cross-entropy and the head's loss with no logits kept).
+/// `device`: on CUDA the kernels with a CUDA version (LayerNorm, the linear layer, GELU with and
+/// without the bias, attention, the loss's cross-entropy and the head's loss with no logits
+/// kept).
 pub fn check_config(
     name: &str,
     cfg: &Config,
@@ -140,6 +140,8 @@ pub fn check_config(
         .collect();
     let n: usize = lens.iter().sum();
     let mut rows = Vec::new();
+    // The products of the linear layers and the head in full f32 on a GPU.
+    crate::device::tf32(false);
     let ln = [
         random(rng, &[n, e], 2.0)?,
         random(rng, &[e], 1.0)?,
@@ -152,13 +154,7 @@ pub fn check_config(
         &|t| ops::reference::layer_norm(&t[0], &t[1], &t[2]),
         &ln,
     )?);
-    // The ops with a CPU kernel only.
-    let cpu_only: &[(&str, usize)] = if device.is_cpu() {
-        &[("linear c_attn", 3 * e), ("linear c_fc", 4 * e)]
-    } else {
-        &[]
-    };
-    for &(op, out) in cpu_only {
+    for (op, out) in [("linear c_attn", 3 * e), ("linear c_fc", 4 * e)] {
         let lin = [
             random(rng, &[n, e], 1.0)?,
             random(rng, &[e, out], 0.1)?,
@@ -217,9 +213,7 @@ pub fn check_config(
         random(rng, &[loss_rows, e], 1.0)?,
         random(rng, &[v, e], 0.1)?,
     ];
-    // The head and its loss with no logits kept (the CUDA model's with the lab's kernels), its
-    // products in full f32.
-    crate::device::tf32(false);
+    // The head and its loss with no logits kept (the CUDA model's with the lab's kernels).
     rows.extend(compare(
         rng,
         (name, "head_loss", &["x", "wte"]),

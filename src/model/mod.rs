@@ -425,9 +425,9 @@ impl Gpt {
     }
 
     /// Whether an op runs the lab's kernel: every op with the fused kernels on the CPU; on
-    /// CUDA with `--kernels fused`, an op whose kernel `has_cuda` (LayerNorm, GELU with the
-    /// bias add before it, the attention of packed sequences and the head with its loss so
-    /// far; off by default until a GPU check has passed them).
+    /// CUDA with `--kernels fused`, an op whose kernel `has_cuda` (LayerNorm, the linear
+    /// layers, GELU with the bias add before it, the attention of packed sequences and the head
+    /// with its loss so far; off by default until a GPU check has passed them).
     fn fused(&self, has_cuda: bool) -> bool {
         self.kernels == Kernels::Fused && (self.device().is_cpu() || has_cuda)
     }
@@ -449,11 +449,7 @@ impl Gpt {
 
     /// a · b with both inputs in the matmul dtype and the product back in f32.
     fn mm(&self, a: &Tensor, b: &Tensor) -> Result<Tensor> {
-        if self.matmul_dtype == DType::F32 {
-            return a.matmul(b);
-        }
-        let d = self.matmul_dtype;
-        a.to_dtype(d)?.matmul(&b.to_dtype(d)?)?.to_dtype(DType::F32)
+        ops::matmul_in(a, b, self.matmul_dtype)
     }
 
     /// LayerNorm of each run's rows with its weights (a pack runs the fused kernels only).
@@ -474,6 +470,8 @@ impl Gpt {
     fn linear(&self, x: &Tensor, (w, b): &(Tensor, Tensor), runs: &ops::Runs) -> Result<Tensor> {
         match self.ops() {
             Kernels::Fused => ops::linear_runs(x, w, b, runs),
+            // CUDA with the lab's kernels: one cuBLASLt product, the bias in its epilogue.
+            Kernels::Composed if self.fused(true) => ops::linear_in(x, w, b, self.matmul_dtype),
             Kernels::Composed => self.mm(x, w)?.broadcast_add(b),
         }
     }

@@ -226,11 +226,7 @@ pub(super) fn head_loss_chunked(
             targets.elem_count()
         );
     }
-    let mm = |a: &Tensor, b: &Tensor| -> Result<Tensor> {
-        a.to_dtype(dtype)?
-            .matmul(&b.to_dtype(dtype)?)?
-            .to_dtype(DType::F32)
-    };
+    let mm = |a: &Tensor, b: &Tensor| matmul_in(a, b, dtype);
     // Outside the graph: this op's backward is the gradients made here.
     let (h, w) = (x.detach(), wte.detach().to_dtype(dtype)?);
     let g = Tensor::full(1.0 / n as f32, n, x.device())?;

@@ -22,7 +22,7 @@ impl LayerNorm {
             );
         }
         let c = w.elem_count();
-        if c == 0 || x.elem_count() % c != 0 {
+        if c == 0 || !x.elem_count().is_multiple_of(c) {
             bail!(
                 "{}: {} values are not rows of {c}",
                 Self::NAME,

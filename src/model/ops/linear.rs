@@ -1,12 +1,14 @@
-//! The linear layer y = x·W + b in Conv1D layout as one gemm, and its backward
-//! (input, weight and bias gradients).
+//! The linear layer y = x·W + b in Conv1D layout as one gemm (on CUDA one cuBLASLt product
+//! with the bias in its epilogue), and its backward (input, weight and bias gradients).
 
 use super::*;
 
 /// y = x · W + b with W in Conv1D (in, out) layout, as one gemm into rows preset to b, each
-/// run's rows with its own W and b.
+/// run's rows with its own W and b. On CUDA (a run alone) one cuBLASLt product with its
+/// products in `dtype`, the bias added in its epilogue.
 struct Linear {
     runs: Runs,
+    dtype: DType,
 }
 
 /// (in, out) of a linear layer's weight of shape ([N,] in, out).
@@ -58,7 +60,23 @@ impl Kernel for Linear {
         Ok((y, Shape::from(dims)))
     }
 
+    #[cfg(feature = "cuda")]
+    fn cuda(&self, xs: &[CudaIn]) -> Result<(candle_core::CudaStorage, Shape)> {
+        if self.runs.len() != 1 {
+            bail!("{}: a pack trains on the CPU", Self::NAME);
+        }
+        let (k, n) = in_out(xs[1].shape())?;
+        let m = xs[0].shape().elem_count() / k.max(1);
+        let y = super::cublaslt::linear(&xs[0], &xs[1], &xs[2], (m, k, n), self.dtype)?;
+        let mut dims = xs[0].shape().dims().to_vec();
+        *dims.last_mut().unwrap() = n;
+        Ok((y, Shape::from(dims)))
+    }
+
     fn bwd(&self, xs: &[&Tensor], dy: &Tensor) -> Result<Vec<Option<Tensor>>> {
+        if !dy.device().is_cpu() {
+            return composed_grads(xs[0], xs[1], dy, self.dtype);
+        }
         let bwd = LinearBwd {
             runs: self.runs.clone(),
         };
@@ -147,13 +165,62 @@ impl Kernel for LinearBwd {
 
 /// x · W + b over the last dimension of x, W (in, out).
 pub fn linear(x: &Tensor, w: &Tensor, b: &Tensor) -> Result<Tensor> {
+    linear_in(x, w, b, DType::F32)
+}
+
+/// The same with the products in `dtype` on CUDA (one cuBLASLt product, the bias in its
+/// epilogue; the CPU's are f32): the CUDA model's linear layers with the lab's kernels.
+pub fn linear_in(x: &Tensor, w: &Tensor, b: &Tensor, dtype: DType) -> Result<Tensor> {
     let rows = x.elem_count() / x.dims().last().copied().unwrap_or(1).max(1);
-    linear_runs(x, w, b, &Runs::one(rows))
+    let op = Linear {
+        runs: Runs::one(rows),
+        dtype,
+    };
+    apply(op, &[&x.contiguous()?, &w.contiguous()?, &b.contiguous()?])
 }
 
 /// The linear layers of a pack: each run's rows of x with its W (the r-th of W (N, in, out))
 /// and b (the r-th row of b (N, out)).
 pub fn linear_runs(x: &Tensor, w: &Tensor, b: &Tensor, runs: &Runs) -> Result<Tensor> {
-    let op = Linear { runs: runs.clone() };
+    let op = Linear {
+        runs: runs.clone(),
+        dtype: DType::F32,
+    };
     apply(op, &[&x.contiguous()?, &w.contiguous()?, &b.contiguous()?])
+}
+
+/// The gradients of x·W + b as the composed layer's backward takes them, its products in
+/// `dtype` (the backward of the CUDA linear layer): dx = dy·Wᵀ, dW = xᵀ·dy, db = Σ_rows dy.
+fn composed_grads(
+    x: &Tensor,
+    w: &Tensor,
+    dy: &Tensor,
+    dtype: DType,
+) -> Result<Vec<Option<Tensor>>> {
+    let (k, n) = in_out(w.shape())?;
+    let (x2, dy2) = (x.reshape(((), k))?, dy.reshape(((), n))?);
+    let dx = matmul_in(&dy2, &w.t()?, dtype)?.reshape(x.shape())?;
+    let dw = matmul_in(&x2.t()?, &dy2, dtype)?;
+    Ok(vec![Some(dx), Some(dw), Some(dy2.sum(0)?)])
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::ops::tests::{run, values};
+
+    #[test]
+    fn the_cuda_layers_backward_gives_the_cpu_kernels_gradients() {
+        // The CUDA layer's backward (candle's products) on the CPU, against the CPU kernel's.
+        let (x, w, b) = (values(&[2, 7, 5], 1), values(&[5, 3], 2), values(&[3], 3));
+        let (_, want) = run(&|t| linear(&t[0], &t[1], &t[2]), &[x.clone(), w.clone(), b]);
+        let dy = values(&[2, 7, 3], 99);
+        let got = composed_grads(&x, &w, &dy, DType::F32).unwrap();
+        for (g, (want, what)) in got.iter().zip(want.iter().zip(["dx", "dW", "db"])) {
+            let g = g.as_ref().unwrap();
+            assert_eq!(g.dims(), want.dims(), "{what}");
+            let d = (g - want).unwrap().abs().unwrap().max_all().unwrap();
+            assert!(d.to_scalar::<f32>().unwrap() < 1e-5, "{what}: {d}");
+        }
+    }
 }

@@ -16,6 +16,8 @@ use crate::model::fastmath;
 mod attention;
 mod cross_entropy;
 #[cfg(feature = "cuda")]
+mod cublaslt;
+#[cfg(feature = "cuda")]
 mod cuda;
 #[cfg(test)]
 mod cuda_host;
@@ -37,7 +39,7 @@ pub use cross_entropy::cross_entropy;
 pub use gelu::{bias_gelu, gelu};
 pub use head::{head_cross_entropy, head_cross_entropy_runs, head_loss};
 pub use layer_norm::{layer_norm, layer_norm_runs};
-pub use linear::{linear, linear_runs};
+pub use linear::{linear, linear_in, linear_runs};
 
 /// The rows of each run of a pack, in order (SPEC §8 Revision, packs): run r's rows follow run
 /// r − 1's and meet only run r's weights, the r-th of each weight's leading dimension. A run
@@ -110,6 +112,14 @@ mod cuda_shape {
     pub const ATT_MAX_T: usize = 1024;
     /// Threads of a cross-entropy block, one block a row.
     pub const CE_THREADS: u32 = 256;
+}
+
+/// a · b with both cast to `dtype` and the product cast back to f32 (in f32, a · b itself):
+/// the products of a bf16 run.
+pub fn matmul_in(a: &Tensor, b: &Tensor, dtype: DType) -> Result<Tensor> {
+    a.to_dtype(dtype)?
+        .matmul(&b.to_dtype(dtype)?)?
+        .to_dtype(DType::F32)
 }
 
 /// LayerNorm epsilon (SPEC §5, as in HF GPT-2).
