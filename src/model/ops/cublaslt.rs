@@ -78,6 +78,25 @@ fn set_desc<V>(
     .map_err(|e| lt_err("descriptor", e))
 }
 
+/// Sets a preference attribute to `v`.
+fn set_pref<V>(
+    p: sys::cublasLtMatmulPreference_t,
+    attr: sys::cublasLtMatmulPreferenceAttributes_t,
+    v: &V,
+) -> Result<()> {
+    // SAFETY: p is live, and v is the attribute's type and size.
+    unsafe {
+        result::set_matmul_pref_attribute(p, attr, v as *const V as *const c_void, size_of::<V>())
+    }
+    .map_err(|e| lt_err("preference", e))
+}
+
+/// The alignment of a device address in bytes, as cuBLASLt's preferences take it: the largest
+/// power of two that divides it, at most 256.
+fn alignment(p: u64) -> u32 {
+    1u32 << p.trailing_zeros().min(8)
+}
+
 /// y (m × n, f32, row-major) = x (m × k) · W (k × n) + b (n), the inputs f32 and the product
 /// in `dtype` (f32: TF32 where candle's f32 products use it; bf16: the inputs cast first, the
 /// sums in f32). Row-major y is column-major yᵀ = Wᵀ·xᵀ, so W is cuBLASLt's A and x its B, and
@@ -178,23 +197,28 @@ pub fn linear(
     let d = layout(sys::cudaDataType_t::CUDA_R_32F, n, m, n)?;
     let pref = result::create_matmul_pref().map_err(|e| lt_err("preference", e))?;
     let pref = Owned(pref, result::destroy_matmul_pref);
-    // SAFETY: pref is live; the attribute is a u64 (usize here).
-    unsafe {
-        result::set_matmul_pref_attribute(
-            pref.0,
-            sys::cublasLtMatmulPreferenceAttributes_t::CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
-            &WORKSPACE as *const usize as *const c_void,
-            size_of::<usize>(),
-        )
+    use sys::cublasLtMatmulPreferenceAttributes_t as P;
+    set_pref(
+        pref.0,
+        P::CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
+        &WORKSPACE,
+    )?;
+    // The heuristic assumes 256-byte aligned buffers unless told (a view may start anywhere).
+    let (yp, _yr) = y.device_ptr_mut(&stream);
+    for (attr, p) in [
+        (P::CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, wp),
+        (P::CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, xp),
+        (P::CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, yp),
+        (P::CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, yp),
+    ] {
+        set_pref(pref.0, attr, &alignment(p))?;
     }
-    .map_err(|e| lt_err("preference", e))?;
     // SAFETY: every descriptor is live and describes the buffers below.
     let heuristic = unsafe {
         result::get_matmul_algo_heuristic(lt.handle, desc.0, a.0, bl.0, d.0, d.0, pref.0)
     }
     .map_err(|e| lt_err("no algorithm for these shapes", e))?;
     let (alpha, beta) = (1f32, 0f32);
-    let (yp, _yr) = y.device_ptr_mut(&stream);
     let (ws, _wsr) = lt.workspace.device_ptr_mut(&stream);
     // SAFETY: A is W (n × k column-major, ld n), B is x (k × m, ld k), C = D is y (n × m, ld
     // n) and the bias n values, all on this stream; beta = 0, so C is not read.
