@@ -233,7 +233,8 @@ pub(super) fn head_loss_chunked(
     let (mut losses, mut dxs, mut dw) = (Vec::new(), Vec::new(), None);
     for at in (0..n).step_by(chunk.max(1)) {
         let rows = chunk.max(1).min(n - at);
-        let hc = h.narrow(0, at, rows)?;
+        // Cast once for both of its products.
+        let hc = h.narrow(0, at, rows)?.to_dtype(dtype)?;
         let logits = mm(&hc, &w.t()?)?;
         let (dl, loss) = super::cross_entropy::cross_entropy_grad_and_loss(
             &logits,

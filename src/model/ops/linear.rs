@@ -199,8 +199,10 @@ fn composed_grads(
 ) -> Result<Vec<Option<Tensor>>> {
     let (k, n) = in_out(w.shape())?;
     let (x2, dy2) = (x.reshape(((), k))?, dy.reshape(((), n))?);
-    let dx = matmul_in(&dy2, &w.t()?, dtype)?.reshape(x.shape())?;
-    let dw = matmul_in(&x2.t()?, &dy2, dtype)?;
+    // dy cast once for both products.
+    let dyc = dy2.to_dtype(dtype)?;
+    let dx = matmul_in(&dyc, &w.t()?, dtype)?.reshape(x.shape())?;
+    let dw = matmul_in(&x2.t()?, &dyc, dtype)?;
     Ok(vec![Some(dx), Some(dw), Some(dy2.sum(0)?)])
 }
 
