@@ -65,30 +65,15 @@ fn layout(
     Ok(Owned(l, result::destroy_matrix_layout))
 }
 
-/// Sets a descriptor attribute to `v`.
-fn set_desc<V>(
-    d: sys::cublasLtMatmulDesc_t,
-    attr: sys::cublasLtMatmulDescAttributes_t,
-    v: &V,
-) -> Result<()> {
-    // SAFETY: d is live, and v is the attribute's type and size.
-    unsafe {
-        result::set_matmul_desc_attribute(d, attr, v as *const V as *const c_void, size_of::<V>())
-    }
-    .map_err(|e| lt_err("descriptor", e))
-}
+/// A cuBLASLt attribute setter: of a matmul descriptor or of a preference.
+type Setter<H, A> =
+    unsafe fn(H, A, *const c_void, usize) -> std::result::Result<(), result::CublasError>;
 
-/// Sets a preference attribute to `v`.
-fn set_pref<V>(
-    p: sys::cublasLtMatmulPreference_t,
-    attr: sys::cublasLtMatmulPreferenceAttributes_t,
-    v: &V,
-) -> Result<()> {
-    // SAFETY: p is live, and v is the attribute's type and size.
-    unsafe {
-        result::set_matmul_pref_attribute(p, attr, v as *const V as *const c_void, size_of::<V>())
-    }
-    .map_err(|e| lt_err("preference", e))
+/// Sets attribute `attr` of the live object `h` to `v` through `set`.
+fn set<H, A, V>(set: Setter<H, A>, h: H, attr: A, v: &V) -> Result<()> {
+    // SAFETY: h is live, and v is the attribute's type and size.
+    unsafe { set(h, attr, v as *const V as *const c_void, size_of::<V>()) }
+        .map_err(|e| lt_err("attribute", e))
 }
 
 /// The alignment of a device address in bytes, as cuBLASLt's preferences take it: the largest
@@ -181,13 +166,20 @@ pub fn linear(
         .map_err(|e| lt_err("descriptor", e))?;
     let desc = Owned(desc, result::destroy_matmul_desc);
     use sys::cublasLtMatmulDescAttributes_t as A;
-    set_desc(
+    set(
+        result::set_matmul_desc_attribute,
         desc.0,
         A::CUBLASLT_MATMUL_DESC_EPILOGUE,
         &sys::cublasLtEpilogue_t::CUBLASLT_EPILOGUE_BIAS,
     )?;
-    set_desc(desc.0, A::CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bp)?;
-    set_desc(
+    set(
+        result::set_matmul_desc_attribute,
+        desc.0,
+        A::CUBLASLT_MATMUL_DESC_BIAS_POINTER,
+        &bp,
+    )?;
+    set(
+        result::set_matmul_desc_attribute,
         desc.0,
         A::CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE,
         &sys::cudaDataType_t::CUDA_R_32F,
@@ -198,7 +190,8 @@ pub fn linear(
     let pref = result::create_matmul_pref().map_err(|e| lt_err("preference", e))?;
     let pref = Owned(pref, result::destroy_matmul_pref);
     use sys::cublasLtMatmulPreferenceAttributes_t as P;
-    set_pref(
+    set(
+        result::set_matmul_pref_attribute,
         pref.0,
         P::CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
         &WORKSPACE,
@@ -211,7 +204,12 @@ pub fn linear(
         (P::CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, yp),
         (P::CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, yp),
     ] {
-        set_pref(pref.0, attr, &alignment(p))?;
+        set(
+            result::set_matmul_pref_attribute,
+            pref.0,
+            attr,
+            &alignment(p),
+        )?;
     }
     // SAFETY: every descriptor is live and describes the buffers below.
     let heuristic = unsafe {
