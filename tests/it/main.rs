@@ -13,6 +13,7 @@ mod gpu_check;
 mod kernel_check;
 mod launches;
 mod parity;
+mod reproduce;
 mod sets;
 mod shipped;
 mod study;
