@@ -88,9 +88,36 @@ fn backward(vars: &[Var], y: &Tensor, r: &Tensor) -> Result<Vec<Tensor>> {
         .collect()
 }
 
-/// The rows of one kernel: its forward and the gradient of each input named in `names`, the
-/// kernel on `device`, its definition on the CPU.
+impl Row {
+    /// The one row of a comparison that could not run, failing with its error: one kernel that
+    /// fails on a device must not hide the others' rows.
+    pub fn failed(config: &str, op: &'static str, e: &candle_core::Error) -> Row {
+        let why = e.to_string().replace(['|', '\n'], " ");
+        Row {
+            config: config.to_string(),
+            op,
+            shape: String::new(),
+            what: format!("error: {why}"),
+            err: f64::NAN,
+            tol: TOL_F32,
+        }
+    }
+}
+
+/// The rows of one kernel (its forward and the gradient of each input named in `names`, the
+/// kernel on `device`, its definition on the CPU), or one failing row with its error.
 fn compare(
+    rng: &mut ChaCha8Rng,
+    (config, op, names): (&str, &'static str, &[&str]),
+    on: (Op, &Device),
+    reference: Op,
+    inputs: &[Tensor],
+) -> Result<Vec<Row>> {
+    Ok(try_compare(rng, (config, op, names), on, reference, inputs)
+        .unwrap_or_else(|e| vec![Row::failed(config, op, &e)]))
+}
+
+fn try_compare(
     rng: &mut ChaCha8Rng,
     (config, op, names): (&str, &'static str, &[&str]),
     (fused, device): (Op, &Device),
@@ -259,9 +286,10 @@ pub fn check(configs: &[(String, Config)], device: &Device, seed: u64) -> Result
     for (name, cfg) in configs {
         let g = GptConfig::new(cfg, Vocab::of_config(&cfg.graph).n_tokens());
         rows.extend(check_config(name, cfg, device, &mut rng)?);
-        rows.extend(crate::train::adamw::check::rows(
-            name, &g, device, &mut rng,
-        )?);
+        match crate::train::adamw::check::rows(name, &g, device, &mut rng) {
+            Ok(r) => rows.extend(r),
+            Err(e) => rows.push(Row::failed(name, "adamw", &e)),
+        }
         if device.is_cpu() && g.total_params() > CPU_MODEL_ROWS_MAX_PARAMS {
             continue;
         }
@@ -275,7 +303,10 @@ pub fn check(configs: &[(String, Config)], device: &Device, seed: u64) -> Result
             crate::device::tf32(p == Precision::Bf16);
             for &k in kernels {
                 let on = (device, p, k);
-                rows.extend(crate::model::grad_check::rows(name, &g, on, &mut rng)?);
+                match crate::model::grad_check::rows(name, &g, on, &mut rng) {
+                    Ok(r) => rows.extend(r),
+                    Err(e) => rows.push(Row::failed(name, "model", &e)),
+                }
             }
         }
     }
@@ -317,6 +348,25 @@ mod tests {
                 .unwrap()
                 .is_nan()
         );
+    }
+
+    #[test]
+    fn a_kernel_that_errors_is_one_failing_row_naming_the_error() {
+        let mut rng = ChaCha8Rng::seed_from_u64(1);
+        let x = Tensor::zeros(3, candle_core::DType::F32, &Device::Cpu).unwrap();
+        let fails: Op = &|_| Err(candle_core::Error::Msg("no kernel | here".into()));
+        let rows = compare(
+            &mut rng,
+            ("c", "op", &["x"]),
+            (fails, &Device::Cpu),
+            &|t| Ok(t[0].clone()),
+            &[x],
+        )
+        .unwrap();
+        assert_eq!(rows.len(), 1);
+        assert!(!rows[0].ok());
+        assert_eq!(rows[0].what, "error: no kernel   here");
+        assert!(table(&rows).contains("| c | op |  | error: no kernel   here | NaN |"));
     }
 
     #[test]
