@@ -1,6 +1,7 @@
 // What a CUDA process asks of the GPU, counted: an LD_PRELOAD library that stands between the
 // lab and libcuda/libcublas (the lab binary calls them through its PLT) and, at exit, writes to
-// $LAB_LAUNCHES how many kernels it launched (each kernel by name), cuBLAS products, memsets,
+// $LAB_LAUNCHES how many kernels it launched (each kernel by name), cuBLAS and cuBLASLt
+// products, memsets,
 // copies each way, stream-ordered allocations and frees, and host waits on the stream.
 //
 //   gcc -O2 -shared -fPIC -o dist/liblaunches.so scripts/bench/launches.c -ldl -lpthread
@@ -119,6 +120,18 @@ cublasStatus_t cublasGemmStridedBatchedEx(cublasHandle_t h, int ta, int tb, int 
     count(GEMMS);
     return next(h, ta, tb, m, n, k, alpha, a, at, lda, sa, b, bt, ldb, sb, beta, c, ct, ldc, sc,
                 batch, compute, algo);
+}
+
+cublasStatus_t cublasLtMatmul(void* h, void* desc, const void* alpha, const void* a, void* al,
+                              const void* b, void* bl, const void* beta, const void* c, void* cl,
+                              void* d, void* dl, const void* algo, void* ws, size_t wss,
+                              void* stream) {
+    static cublasStatus_t (*next)(void*, void*, const void*, const void*, void*, const void*,
+                                  void*, const void*, const void*, void*, void*, void*,
+                                  const void*, void*, size_t, void*);
+    if (!next) next = real("cublasLtMatmul");
+    count(GEMMS);
+    return next(h, desc, alpha, a, al, b, bl, beta, c, cl, d, dl, algo, ws, wss, stream);
 }
 
 CUresult cuMemsetD8Async(CUdeviceptr d, unsigned char v, size_t n, CUstream s) {

@@ -28,6 +28,9 @@ int cublasGemmStridedBatchedEx(void* h, int ta, int tb, int m, int n, int k, con
     const void* be, void* c, int ct, int ldc, long long sc, int bc, int ctype, int algo) {
     return m == 7 ? 0 : 1;
 }
+int cublasLtMatmul(void* h, void* desc, const void* al, const void* a, void* l1, const void* b,
+    void* l2, const void* be, const void* c, void* l3, void* d, void* l4, const void* algo,
+    void* ws, size_t wss, void* st) { return ws == (void*)8 ? 0 : 1; }
 int cuMemsetD8Async(P d, unsigned char v, size_t n, void* s) { return 0; }
 int cuMemcpyHtoDAsync_v2(P d, const void* h, size_t n, void* s) { return 0; }
 int cuMemcpyDtoHAsync_v2(void* h, P d, size_t n, void* s) { return 0; }
@@ -38,7 +41,8 @@ int cuStreamSynchronize(void* s) { return 0; }
 "#;
 
 /// A "trainer" of LAYERS layers running STEPS steps: 5 launches and an upload to set up; a
-/// step runs 3 kernels of its own (two of them the same), 4 a layer and 2 products a layer,
+/// step runs 3 kernels of its own (two of them the same), 4 a layer and 3 products a layer
+/// (two cuBLAS, one cuBLASLt),
 /// a memset, an allocation and free, and one host wait; the exit status is the number of
 /// calls that did not return success (the counter passes every call and result on).
 const PROG: &str = r#"
@@ -49,6 +53,8 @@ int cuLaunchKernel(void*, unsigned, unsigned, unsigned, unsigned, unsigned, unsi
 int cublasGemmStridedBatchedEx(void*, int, int, int, int, int, const void*, const void*, int,
     int, long long, const void*, int, int, long long, const void*, void*, int, int, long long,
     int, int, int);
+int cublasLtMatmul(void*, void*, const void*, const void*, void*, const void*, void*,
+    const void*, const void*, void*, void*, void*, const void*, void*, size_t, void*);
 int cuMemsetD8Async(P, unsigned char, size_t, void*);
 int cuMemcpyHtoDAsync_v2(P, const void*, size_t, void*);
 int cuMemAllocAsync(P*, size_t, void*);
@@ -67,6 +73,7 @@ int main(int argc, char** argv) {
             for (int g = 0; g < 2; g++)
                 bad += cublasGemmStridedBatchedEx(0, 0, 0, 7, 1, 1, 0, 0, 0, 1, 0, 0, 0, 1, 0,
                                                   0, 0, 0, 1, 0, 1, 0, 0) != 0;
+            bad += cublasLtMatmul(0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, (void*)8, 0, 0) != 0;
         }
         bad += cuMemsetD8Async(0, 0, 0, 0) != 0;
         bad += cuMemAllocAsync(&d, 8, 0) != 0;
@@ -130,11 +137,11 @@ fn the_counter_counts_every_call_and_the_script_splits_steps_and_layers() {
         ],
     );
 
-    // 2 layers, 3 steps: 5 + 3·(3 + 2·4) launches, 3·2·2 products.
+    // 2 layers, 3 steps: 5 + 3·(3 + 2·4) launches, 3·2·3 products.
     let text = counted(dir, 2, 3);
     for line in [
         "launches 38",
-        "gemms 12",
+        "gemms 18",
         "memsets 3",
         "copies_htod 1",
         "copies_dtoh 0",
@@ -177,10 +184,10 @@ fn the_counter_counts_every_call_and_the_script_splits_steps_and_layers() {
         "{text}{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    // A step at L = 2: 3 + 8 kernels and 4 products; a layer 4 + 2; outside the layers 3.
+    // A step at L = 2: 3 + 8 kernels and 6 products; a layer 4 + 3; outside the layers 3.
     assert!(
         text.starts_with(
-            "15 a step at L = 2 (11 kernels, 4 cuBLAS products); a layer 6.0 (4.0 + 2.0); \
+            "17 a step at L = 2 (11 kernels, 6 cuBLAS products); a layer 7.0 (4.0 + 3.0); \
              outside the layers 3.0; a step also 1 memsets, 0/0/0 copies (htod/dtoh/dtod), \
              1 allocations, 1 host waits"
         ),
