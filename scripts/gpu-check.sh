@@ -42,14 +42,14 @@
 #      equals the device's (fp32, 2e-3 relative);
 #   6. greedy decoding of the paper eval set with the 100m-L8 model of step 4: seconds and
 #      generated tokens/s;
-#   7. small runs packed on one GPU: K = 1, 4 and 8 concurrent runs (1 and 2 in the dry run) of
-#      the 1m-L4 and 10m-L6 configs, their summed tokens/s: the GPU study's cost table; on CUDA,
-#      1m-L4 again under an MPS daemon (nvidia-cuda-mps-control) where the machine has one;
-#   8. launches a step, a layer and outside the layers, composed and with the lab's kernels:
+#   7. launches a step, a layer and outside the layers, composed and with the lab's kernels:
 #      1m-L4 at 4 and 8 layers, bf16, 2 and 4 steps each under the preloaded launch counter
 #      (dist/liblaunches.so, scripts/bench/launches.c); also cuBLAS products, memsets, copies,
 #      allocations and host waits a step, and the 25 kernels launched most
-#      (launches-<kernels>.md).
+#      (launches-<kernels>.md);
+#   8. small runs packed on one GPU: K = 1, 4 and 8 concurrent runs (1 and 2 in the dry run) of
+#      the 1m-L4 and 10m-L6 configs, their summed tokens/s: the GPU study's cost table; on CUDA,
+#      1m-L4 again under an MPS daemon (nvidia-cuda-mps-control) where the machine has one.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 root=$(pwd)
@@ -353,7 +353,49 @@ else
   row "6 greedy decode, $(basename "$big" .toml)" FAILED "see the error above"
 fi
 
-# 7. Small runs packed on one device: K at once, their tokens/s summed (each run's own rate,
+# 7. Launches: what one step asks of the GPU, per layer and outside the layers (issue 50's
+# budget: 40 a layer, 20 for the embedding, head, loss and optimizer), counted by the preloaded
+# scripts/bench/launches.c (built with the binary: dist/liblaunches.so; the dry run builds its
+# own, and counts nothing on the CPU) in the small config at two depths, 2 and 4 steps each.
+shim=$root/dist/liblaunches.so
+if [ $dry = 1 ]; then
+  shim=$out/liblaunches.so
+  cc -O2 -shared -fPIC -o "$shim" "$root/scripts/bench/launches.c" -ldl -lpthread 2>"$out/s7-cc.log" ||
+    fail 7 "$out/s7-cc.log"
+  depths=(1 2)
+  prec=()
+else
+  depths=(4 8)
+  prec=(--set train.precision=bf16)
+fi
+if [ ! -f "$shim" ]; then
+  row "7 launches" FAILED "$shim missing (scripts/build-cuda.sh builds it; carry dist/)"
+  failed=$((failed + 1))
+else
+  for k in composed fused; do
+    files=()
+    ok=1
+    for l in "${depths[@]}"; do
+      for s in 2 4; do
+        f=$out/s7-$k-L$l-s$s.txt
+        files+=("$f")
+        LD_PRELOAD=$shim LAB_LAUNCHES=$f train "s7-$k-L$l-s$s" "${packs[0]}" $dev 60 --max-steps $s \
+          --kernels $k --set model.n_layer=$l --set train.log_every=100 "${prec[@]}" || { ok=0; break 2; }
+      done
+    done
+    if [ $ok = 1 ] && line=$(python3 "$root/scripts/bench/launches.py" "${depths[0]}" "${files[0]}" \
+      "${files[1]}" "${depths[1]}" "${files[2]}" "${files[3]}" 2 --kernels 25 2>&1); then
+      printf '%s\n' "$line" >"$out/launches-$k.md"
+      row "7 launches, $(basename "${packs[0]}" .toml), $k" ok "$(head -n 1 <<<"$line")"
+    else
+      fail 7 "$(ls -t "$out"/s7-$k-*.log | head -n 1)"
+      row "7 launches, $k" FAILED "see the error above"
+    fi
+  done
+fi
+
+
+# 8. Small runs packed on one device: K at once, their tokens/s summed (each run's own rate,
 # from the end of its first step to its last), and the wall time of the K together. Without
 # MPS a GPU time-slices the K processes' contexts; under MPS their kernels share the GPU, so
 # on CUDA the first config is packed again under an MPS daemon of its own, where there is one.
@@ -364,26 +406,26 @@ pack() { # CONFIG K [LABEL]
   secs=$(limit 90)
   pids=()
   for i in $(seq 1 "$k"); do
-    timeout "$secs" "$lab" train --config "$cfg" --device $dev --out "$out/s7-$c-k$k$label-$i" \
+    timeout "$secs" "$lab" train --config "$cfg" --device $dev --out "$out/s8-$c-k$k$label-$i" \
       "${shape[@]}" --max-steps "$pack_steps" --set train.log_every=10 \
-      >"$out/s7-$c-k$k$label-$i.log" 2>&1 &
+      >"$out/s8-$c-k$k$label-$i.log" 2>&1 &
     pids+=($!)
   done
   ok=1
   for p in "${pids[@]}"; do wait "$p" || ok=0; done
   wall=$(python3 -c "import sys, time; print(f'{time.time() - float(sys.argv[1]):.1f}')" "$t0")
   if [ $ok = 1 ]; then
-    total=$(cat "$out"/s7-$c-k$k$label-*.log | grep 'throughput:' | num 'throughput:' |
+    total=$(cat "$out"/s8-$c-k$k$label-*.log | grep 'throughput:' | num 'throughput:' |
       python3 -c "import sys; print(f'{sum(float(x) for x in sys.stdin):.0f}')")
-    row "7 $k × $c at once${label:+, $label}, $pack_steps steps" ok "$total tokens/s in all, $wall s wall"
+    row "8 $k × $c at once${label:+, $label}, $pack_steps steps" ok "$total tokens/s in all, $wall s wall"
   else
-    fail 7 "$(ls -t "$out"/s7-$c-k$k$label-*.log | head -n 1)"
-    row "7 $k × $c at once${label:+, $label}" FAILED "see the error above"
+    fail 8 "$(ls -t "$out"/s8-$c-k$k$label-*.log | head -n 1)"
+    row "8 $k × $c at once${label:+, $label}" FAILED "see the error above"
   fi
 }
 for cfg in "${packs[@]}"; do
   # The data once, before K trainers would race to build it.
-  "$lab" data --config "$cfg" >"$out/s7-$(basename "$cfg" .toml)-data.log" 2>&1
+  "$lab" data --config "$cfg" >"$out/s8-$(basename "$cfg" .toml)-data.log" 2>&1
   for k in "${ks[@]}"; do pack "$cfg" "$k"; done
 done
 if [ $dev = cuda ] && command -v nvidia-cuda-mps-control >/dev/null 2>&1; then
@@ -393,51 +435,10 @@ if [ $dev = cuda ] && command -v nvidia-cuda-mps-control >/dev/null 2>&1; then
     for k in "${ks[@]}"; do pack "${packs[0]}" "$k" mps; done
     echo quit | nvidia-cuda-mps-control >>"$out/mps.log" 2>&1
   else
-    fail 7 "$out/mps.log"
-    row "7 MPS" FAILED "the MPS daemon did not start"
+    fail 8 "$out/mps.log"
+    row "8 MPS" FAILED "the MPS daemon did not start"
   fi
   unset CUDA_MPS_PIPE_DIRECTORY CUDA_MPS_LOG_DIRECTORY
-fi
-
-# 8. Launches: what one step asks of the GPU, per layer and outside the layers (issue 50's
-# budget: 40 a layer, 20 for the embedding, head, loss and optimizer), counted by the preloaded
-# scripts/bench/launches.c (built with the binary: dist/liblaunches.so; the dry run builds its
-# own, and counts nothing on the CPU) in the small config at two depths, 2 and 4 steps each.
-shim=$root/dist/liblaunches.so
-if [ $dry = 1 ]; then
-  shim=$out/liblaunches.so
-  cc -O2 -shared -fPIC -o "$shim" "$root/scripts/bench/launches.c" -ldl -lpthread 2>"$out/s8-cc.log" ||
-    fail 8 "$out/s8-cc.log"
-  depths=(1 2)
-  prec=()
-else
-  depths=(4 8)
-  prec=(--set train.precision=bf16)
-fi
-if [ ! -f "$shim" ]; then
-  row "8 launches" FAILED "$shim missing (scripts/build-cuda.sh builds it; carry dist/)"
-  failed=$((failed + 1))
-else
-  for k in composed fused; do
-    files=()
-    ok=1
-    for l in "${depths[@]}"; do
-      for s in 2 4; do
-        f=$out/s8-$k-L$l-s$s.txt
-        files+=("$f")
-        LD_PRELOAD=$shim LAB_LAUNCHES=$f train "s8-$k-L$l-s$s" "${packs[0]}" $dev 60 --max-steps $s \
-          --kernels $k --set model.n_layer=$l --set train.log_every=100 "${prec[@]}" || { ok=0; break 2; }
-      done
-    done
-    if [ $ok = 1 ] && line=$(python3 "$root/scripts/bench/launches.py" "${depths[0]}" "${files[0]}" \
-      "${files[1]}" "${depths[1]}" "${files[2]}" "${files[3]}" 2 --kernels 25 2>&1); then
-      printf '%s\n' "$line" >"$out/launches-$k.md"
-      row "8 launches, $(basename "${packs[0]}" .toml), $k" ok "$(head -n 1 <<<"$line")"
-    else
-      fail 8 "$(ls -t "$out"/s8-$k-*.log | head -n 1)"
-      row "8 launches, $k" FAILED "see the error above"
-    fi
-  done
 fi
 
 finish
