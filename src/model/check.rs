@@ -203,14 +203,6 @@ pub fn check_config(
         &|t| ops::reference::gelu(&t[0]),
         &[x],
     )?);
-    let biased = [random(rng, &[n, 4 * e], 4.0)?, random(rng, &[4 * e], 1.0)?];
-    rows.extend(compare(
-        rng,
-        (name, "bias_gelu", &["x", "b"]),
-        (&|t| ops::bias_gelu(&t[0], &t[1]), device),
-        &|t| ops::reference::gelu(&t[0].broadcast_add(&t[1])?),
-        &biased,
-    )?);
     let qkv = random(rng, &[n, 3 * e], 1.0)?;
     rows.extend(compare(
         rng,

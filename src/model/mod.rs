@@ -476,18 +476,13 @@ impl Gpt {
         }
     }
 
-    /// GELU(x · W + b), the MLP's first layer: on CUDA with the lab's kernels the bias add
-    /// rides in the GELU's launch, each way.
-    fn linear_gelu(
-        &self,
-        x: &Tensor,
-        (w, b): &(Tensor, Tensor),
-        runs: &ops::Runs,
-    ) -> Result<Tensor> {
-        match self.ops() {
-            Kernels::Fused => ops::gelu(&ops::linear_runs(x, w, b, runs)?),
-            Kernels::Composed if self.fused(true) => ops::bias_gelu(&self.mm(x, w)?, b),
-            Kernels::Composed => ops::reference::gelu(&self.mm(x, w)?.broadcast_add(b)?),
+    /// GELU(x · W + b), the MLP's first layer.
+    fn linear_gelu(&self, x: &Tensor, wb: &(Tensor, Tensor), runs: &ops::Runs) -> Result<Tensor> {
+        let y = self.linear(x, wb, runs)?;
+        if self.fused(true) {
+            ops::gelu(&y)
+        } else {
+            ops::reference::gelu(&y)
         }
     }
 

@@ -1,5 +1,5 @@
-//! The linear layer's forward on CUDA as one cuBLASLt product: y = x·W + b with the bias added
-//! in the product's epilogue and y in f32, from f32 inputs or their bf16 casts.
+//! The linear layer on CUDA as cuBLASLt products, f32 out from f32 inputs or their bf16 casts:
+//! y = x·W + b with the bias in the epilogue; dx, and dW with db in its epilogue.
 
 use std::ffi::c_void;
 use std::mem::size_of;
@@ -7,8 +7,11 @@ use std::sync::{Arc, Mutex};
 
 use candle_core::backend::BackendStorage;
 use candle_core::cuda::cudarc::cublaslt::{result, sys};
-use candle_core::cuda::cudarc::driver::{CudaSlice, CudaStream, DevicePtr, DevicePtrMut};
-use candle_core::{CudaStorage, DType, Result, bail};
+use candle_core::cuda::cudarc::driver::{
+    CudaSlice, CudaStream, CudaView, DevicePtr, DevicePtrMut, SyncOnDrop,
+};
+use candle_core::op::ReduceOp;
+use candle_core::{CudaStorage, DType, Layout, Result, bail};
 
 use super::cuda::CudaIn;
 
@@ -82,73 +85,184 @@ fn alignment(p: u64) -> u32 {
     1u32 << p.trailing_zeros().min(8)
 }
 
-/// y (m × n, f32, row-major) = x (m × k) · W (k × n) + b (n), the inputs f32 and the product
-/// in `dtype` (f32: TF32 where candle's f32 products use it; bf16: the inputs cast first, the
-/// sums in f32). Row-major y is column-major yᵀ = Wᵀ·xᵀ, so W is cuBLASLt's A and x its B, and
-/// the bias, one value a row of yᵀ, is its epilogue's.
-pub fn linear(
-    x: &CudaIn,
-    w: &CudaIn,
-    b: &CudaIn,
-    (m, k, n): (usize, usize, usize),
-    dtype: DType,
-) -> Result<CudaStorage> {
-    let dev = x.device();
-    let (xv, wv, bv) = (x.f32(OP)?, w.f32(OP)?, b.f32(OP)?);
-    if xv.len() != m * k || wv.len() != k * n || bv.len() != n {
-        bail!(
-            "{OP}: {} inputs, {} weights and {} biases for {m} rows of {k} → {n}",
-            xv.len(),
-            wv.len(),
-            bv.len()
-        );
-    }
-    // SAFETY: the product writes every value of y.
-    let mut y = unsafe { dev.alloc::<f32>(m * n) }?;
-    if m * n == 0 {
-        return Ok(CudaStorage::wrap_cuda_slice(y, dev.clone()));
-    }
-    let stream = dev.cuda_stream();
-    let (input, compute) = match dtype {
-        DType::F32 if candle_core::cuda::gemm_reduced_precision_f32() => (
-            sys::cudaDataType_t::CUDA_R_32F,
-            sys::cublasComputeType_t::CUBLAS_COMPUTE_32F_FAST_TF32,
-        ),
-        DType::F32 => (
-            sys::cudaDataType_t::CUDA_R_32F,
-            sys::cublasComputeType_t::CUBLAS_COMPUTE_32F,
-        ),
-        DType::BF16 => (
-            sys::cudaDataType_t::CUDA_R_16BF,
-            sys::cublasComputeType_t::CUBLAS_COMPUTE_32F,
-        ),
+/// The element type of a product's inputs and its compute type for `dtype`: f32 (TF32 where
+/// candle's f32 products use it) or bf16 (sums in f32).
+fn types(dtype: DType) -> Result<(sys::cudaDataType, sys::cublasComputeType_t)> {
+    use sys::cublasComputeType_t as C;
+    use sys::cudaDataType_t as T;
+    Ok(match dtype {
+        DType::F32 if candle_core::cuda::gemm_reduced_precision_f32() => {
+            (T::CUDA_R_32F, C::CUBLAS_COMPUTE_32F_FAST_TF32)
+        }
+        DType::F32 => (T::CUDA_R_32F, C::CUBLAS_COMPUTE_32F),
+        DType::BF16 => (T::CUDA_R_16BF, C::CUBLAS_COMPUTE_32F),
         d => bail!("{OP}: products in {d:?}; f32 or bf16"),
-    };
-    // The bf16 casts, kept alive until the product is queued.
-    let casts = match dtype {
-        DType::BF16 => Some((
-            x.s.to_dtype(x.l, DType::BF16)?,
-            w.s.to_dtype(w.l, DType::BF16)?,
-        )),
-        _ => None,
-    };
-    let (xp, _xr, wp, _wr);
-    match &casts {
-        Some((xb, wb)) => {
-            (xp, _xr) = xb.as_cuda_slice::<half::bf16>()?.device_ptr(&stream);
-            (wp, _wr) = wb.as_cuda_slice::<half::bf16>()?.device_ptr(&stream);
-        }
-        None => {
-            (xp, _xr) = xv.device_ptr(&stream);
-            (wp, _wr) = wv.device_ptr(&stream);
-        }
-    }
-    let (bp, _br) = bv.device_ptr(&stream);
+    })
+}
 
+/// An input of the products in their dtype: f32 as stored, or its bf16 cast.
+pub enum Data<'a> {
+    F32(CudaView<'a, f32>),
+    Bf16(CudaStorage),
+}
+
+impl<'a> Data<'a> {
+    /// `x` ready for products in `dtype`: cast to bf16 (one launch) or as it is.
+    fn of(x: &CudaIn<'a>, dtype: DType) -> Result<Data<'a>> {
+        Ok(match dtype {
+            DType::BF16 => Data::Bf16(x.s.to_dtype(x.l, DType::BF16)?),
+            _ => Data::F32(x.f32(OP)?),
+        })
+    }
+
+    /// Its device address, valid while the guard lives.
+    fn ptr<'s>(&'s self, stream: &'s CudaStream) -> Result<(u64, SyncOnDrop<'s>)> {
+        Ok(match self {
+            Data::F32(v) => v.device_ptr(stream),
+            Data::Bf16(s) => s.as_cuda_slice::<half::bf16>()?.device_ptr(stream),
+        })
+    }
+}
+
+/// One operand of a product: `rows × cols` column-major at `ptr` with leading dimension `ld`,
+/// used as stored or transposed.
+#[derive(Clone, Copy)]
+struct Operand {
+    ptr: u64,
+    rows: usize,
+    cols: usize,
+    ld: usize,
+    trans: bool,
+}
+
+/// What a product does besides D = op(A)·op(B).
+#[derive(Clone, Copy)]
+enum Epilogue {
+    Nothing,
+    /// Adds the bias at this address (one f32 a row of D) to every column.
+    Bias(u64),
+    /// Writes the sums of A's rows over the product's inner dimension (one f32 a row of D)
+    /// here: the bias gradient, when A is dy.
+    BiasGradA(u64),
+}
+
+/// D (`rows × cols` f32, column-major, leading dimension `rows`, at `d`) = op(A)·op(B) with
+/// `epilogue`, queued on the handle's stream; inputs `ty`, sums `compute`. Ok(false) when
+/// cuBLASLt has no algorithm for it (an epilogue it does not take with these operands).
+#[allow(clippy::too_many_arguments)]
+fn product(
+    lt: &mut Lt,
+    (ty, compute): (sys::cudaDataType, sys::cublasComputeType_t),
+    a: Operand,
+    b: Operand,
+    (d, rows, cols): (u64, usize, usize),
+    epilogue: Epilogue,
+) -> Result<bool> {
+    use sys::cublasLtEpilogue_t as E;
+    use sys::cublasLtMatmulDescAttributes_t as A;
+    let desc = result::create_matmul_desc(compute, sys::cudaDataType_t::CUDA_R_32F)
+        .map_err(|e| lt_err("descriptor", e))?;
+    let desc = Owned(desc, result::destroy_matmul_desc);
+    for (attr, t) in [
+        (A::CUBLASLT_MATMUL_DESC_TRANSA, a.trans),
+        (A::CUBLASLT_MATMUL_DESC_TRANSB, b.trans),
+    ] {
+        set(result::set_matmul_desc_attribute, desc.0, attr, &(t as i32))?;
+    }
+    let (mode, vector) = match epilogue {
+        Epilogue::Nothing => (E::CUBLASLT_EPILOGUE_DEFAULT, None),
+        Epilogue::Bias(p) => (E::CUBLASLT_EPILOGUE_BIAS, Some(p)),
+        Epilogue::BiasGradA(p) => (E::CUBLASLT_EPILOGUE_BGRADA, Some(p)),
+    };
+    set(
+        result::set_matmul_desc_attribute,
+        desc.0,
+        A::CUBLASLT_MATMUL_DESC_EPILOGUE,
+        &mode,
+    )?;
+    if let Some(p) = vector {
+        set(
+            result::set_matmul_desc_attribute,
+            desc.0,
+            A::CUBLASLT_MATMUL_DESC_BIAS_POINTER,
+            &p,
+        )?;
+        set(
+            result::set_matmul_desc_attribute,
+            desc.0,
+            A::CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE,
+            &sys::cudaDataType_t::CUDA_R_32F,
+        )?;
+    }
+    let la = layout(ty, a.rows, a.cols, a.ld)?;
+    let lb = layout(ty, b.rows, b.cols, b.ld)?;
+    let ld = layout(sys::cudaDataType_t::CUDA_R_32F, rows, cols, rows)?;
+    let pref = result::create_matmul_pref().map_err(|e| lt_err("preference", e))?;
+    let pref = Owned(pref, result::destroy_matmul_pref);
+    use sys::cublasLtMatmulPreferenceAttributes_t as P;
+    set(
+        result::set_matmul_pref_attribute,
+        pref.0,
+        P::CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
+        &WORKSPACE,
+    )?;
+    // The heuristic assumes 256-byte aligned buffers unless told (a view may start anywhere).
+    for (attr, p) in [
+        (P::CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, a.ptr),
+        (P::CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, b.ptr),
+        (P::CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, d),
+        (P::CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, d),
+    ] {
+        set(
+            result::set_matmul_pref_attribute,
+            pref.0,
+            attr,
+            &alignment(p),
+        )?;
+    }
+    // SAFETY: every descriptor is live and describes the buffers below.
+    let heuristic = match unsafe {
+        result::get_matmul_algo_heuristic(lt.handle, desc.0, la.0, lb.0, ld.0, ld.0, pref.0)
+    } {
+        Ok(h) => h,
+        Err(_) if vector.is_some() && !matches!(epilogue, Epilogue::Bias(_)) => return Ok(false),
+        Err(e) => return Err(lt_err("no algorithm for these shapes", e)),
+    };
+    let (alpha, beta) = (1f32, 0f32);
+    let stream = lt.stream.clone();
+    let (ws, _wsr) = lt.workspace.device_ptr_mut(&stream);
+    // SAFETY: A, B and D (= C, not read: beta = 0) are the buffers their layouts describe,
+    // with the epilogue's vector, all on this stream.
+    unsafe {
+        result::matmul(
+            lt.handle,
+            desc.0,
+            &alpha as *const f32 as *const c_void,
+            &beta as *const f32 as *const c_void,
+            a.ptr as *const c_void,
+            la.0,
+            b.ptr as *const c_void,
+            lb.0,
+            d as *const c_void,
+            ld.0,
+            d as *mut c_void,
+            ld.0,
+            &heuristic.algo,
+            ws as *mut c_void,
+            WORKSPACE,
+            stream.cu_stream() as sys::cudaStream_t,
+        )
+    }
+    .map_err(|e| lt_err("product", e))?;
+    Ok(true)
+}
+
+/// Runs `f` with the cuBLASLt handle of `stream`, made (with its workspace) on first use.
+fn with_lt<R>(stream: &Arc<CudaStream>, f: impl FnOnce(&mut Lt) -> Result<R>) -> Result<R> {
     let mut guard = LT.lock().map_err(|_| lt_err("handle", "poisoned"))?;
     if guard
         .as_ref()
-        .is_none_or(|lt| !Arc::ptr_eq(&lt.stream, &stream))
+        .is_none_or(|lt| !Arc::ptr_eq(&lt.stream, stream))
     {
         let handle = result::create_handle().map_err(|e| lt_err("handle", e))?;
         let workspace = stream
@@ -160,87 +274,163 @@ pub fn linear(
             stream: stream.clone(),
         });
     }
-    let lt = guard.as_mut().expect("made above");
+    f(guard.as_mut().expect("made above"))
+}
 
-    let desc = result::create_matmul_desc(compute, sys::cudaDataType_t::CUDA_R_32F)
-        .map_err(|e| lt_err("descriptor", e))?;
-    let desc = Owned(desc, result::destroy_matmul_desc);
-    use sys::cublasLtMatmulDescAttributes_t as A;
-    set(
-        result::set_matmul_desc_attribute,
-        desc.0,
-        A::CUBLASLT_MATMUL_DESC_EPILOGUE,
-        &sys::cublasLtEpilogue_t::CUBLASLT_EPILOGUE_BIAS,
-    )?;
-    set(
-        result::set_matmul_desc_attribute,
-        desc.0,
-        A::CUBLASLT_MATMUL_DESC_BIAS_POINTER,
-        &bp,
-    )?;
-    set(
-        result::set_matmul_desc_attribute,
-        desc.0,
-        A::CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE,
-        &sys::cudaDataType_t::CUDA_R_32F,
-    )?;
-    let a = layout(input, n, k, n)?;
-    let bl = layout(input, k, m, k)?;
-    let d = layout(sys::cudaDataType_t::CUDA_R_32F, n, m, n)?;
-    let pref = result::create_matmul_pref().map_err(|e| lt_err("preference", e))?;
-    let pref = Owned(pref, result::destroy_matmul_pref);
-    use sys::cublasLtMatmulPreferenceAttributes_t as P;
-    set(
-        result::set_matmul_pref_attribute,
-        pref.0,
-        P::CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
-        &WORKSPACE,
-    )?;
-    // The heuristic assumes 256-byte aligned buffers unless told (a view may start anywhere).
-    let (yp, _yr) = y.device_ptr_mut(&stream);
-    for (attr, p) in [
-        (P::CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, wp),
-        (P::CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, xp),
-        (P::CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, yp),
-        (P::CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, yp),
-    ] {
-        set(
-            result::set_matmul_pref_attribute,
-            pref.0,
-            attr,
-            &alignment(p),
-        )?;
+/// The bf16 casts of x and W that a bf16 forward made, kept for its backward.
+pub struct Casts {
+    x: CudaStorage,
+    w: CudaStorage,
+}
+
+/// y (m × n, f32, row-major) = x (m × k) · W (k × n) + b (n), the inputs f32 and the product
+/// in `dtype`. Row-major y is column-major yᵀ = Wᵀ·xᵀ, so W is cuBLASLt's A and x its B, and
+/// the bias, one value a row of yᵀ, is its epilogue's. Returns y and, in bf16, the casts.
+pub fn linear(
+    x: &CudaIn,
+    w: &CudaIn,
+    b: &CudaIn,
+    (m, k, n): (usize, usize, usize),
+    dtype: DType,
+) -> Result<(CudaStorage, Option<Casts>)> {
+    let dev = x.device();
+    let bv = b.f32(OP)?;
+    if x.shape().elem_count() != m * k || w.shape().elem_count() != k * n || bv.len() != n {
+        bail!(
+            "{OP}: {} inputs, {} weights and {} biases for {m} rows of {k} → {n}",
+            x.shape().elem_count(),
+            w.shape().elem_count(),
+            bv.len()
+        );
     }
-    // SAFETY: every descriptor is live and describes the buffers below.
-    let heuristic = unsafe {
-        result::get_matmul_algo_heuristic(lt.handle, desc.0, a.0, bl.0, d.0, d.0, pref.0)
+    // SAFETY: the product writes every value of y.
+    let mut y = unsafe { dev.alloc::<f32>(m * n) }?;
+    if m * n == 0 {
+        return Ok((CudaStorage::wrap_cuda_slice(y, dev.clone()), None));
     }
-    .map_err(|e| lt_err("no algorithm for these shapes", e))?;
-    let (alpha, beta) = (1f32, 0f32);
-    let (ws, _wsr) = lt.workspace.device_ptr_mut(&stream);
-    // SAFETY: A is W (n × k column-major, ld n), B is x (k × m, ld k), C = D is y (n × m, ld
-    // n) and the bias n values, all on this stream; beta = 0, so C is not read.
-    unsafe {
-        result::matmul(
-            lt.handle,
-            desc.0,
-            &alpha as *const f32 as *const c_void,
-            &beta as *const f32 as *const c_void,
-            wp as *const c_void,
-            a.0,
-            xp as *const c_void,
-            bl.0,
-            yp as *const c_void,
-            d.0,
-            yp as *mut c_void,
-            d.0,
-            &heuristic.algo,
-            ws as *mut c_void,
-            WORKSPACE,
-            stream.cu_stream() as sys::cudaStream_t,
+    let stream = dev.cuda_stream();
+    let (xd, wd) = (Data::of(x, dtype)?, Data::of(w, dtype)?);
+    {
+        let ((xp, _xr), (wp, _wr)) = (xd.ptr(&stream)?, wd.ptr(&stream)?);
+        let (bp, _br) = bv.device_ptr(&stream);
+        let (yp, _yr) = y.device_ptr_mut(&stream);
+        let a = Operand {
+            ptr: wp,
+            rows: n,
+            cols: k,
+            ld: n,
+            trans: false,
+        };
+        let bx = Operand {
+            ptr: xp,
+            rows: k,
+            cols: m,
+            ld: k,
+            trans: false,
+        };
+        with_lt(&stream, |lt| {
+            product(lt, types(dtype)?, a, bx, (yp, n, m), Epilogue::Bias(bp)).map(|_| ())
+        })?;
+    }
+    let casts = match (xd, wd) {
+        (Data::Bf16(x), Data::Bf16(w)) => Some(Casts { x, w }),
+        _ => None,
+    };
+    Ok((CudaStorage::wrap_cuda_slice(y, dev.clone()), casts))
+}
+
+/// The gradients of y = x·W + b from dy (m × n), packed as the CPU's backward packs them: dx
+/// (m × k), dW (k × n), db (n), f32, from products in `dtype` with x and W the forward's casts
+/// where it kept them (else cast here). dx = dy·Wᵀ is column-major dxᵀ = W·dyᵀ; dW = xᵀ·dy is
+/// column-major dWᵀ = dyᵀ·x, whose epilogue sums A = dyᵀ's rows over the m rows of the batch:
+/// db. Where cuBLASLt takes no such epilogue, db is dy's column sums, copied in.
+pub fn linear_grads(
+    x: &CudaIn,
+    w: &CudaIn,
+    dy: &CudaIn,
+    (m, k, n): (usize, usize, usize),
+    dtype: DType,
+    casts: Option<Casts>,
+) -> Result<CudaStorage> {
+    let dev = x.device();
+    let len = m * k + k * n + n;
+    if m * n * k == 0 {
+        let zeros = dev.alloc_zeros::<f32>(len)?;
+        return Ok(CudaStorage::wrap_cuda_slice(zeros, dev.clone()));
+    }
+    // SAFETY: the products write dx and dW in full, and db is the epilogue's or copied in.
+    let mut out = unsafe { dev.alloc::<f32>(len) }?;
+    let stream = dev.cuda_stream();
+    let (xd, wd) = match casts {
+        Some(Casts { x, w }) => (Data::Bf16(x), Data::Bf16(w)),
+        None => (Data::of(x, dtype)?, Data::of(w, dtype)?),
+    };
+    let dyd = Data::of(dy, dtype)?;
+    let fused = {
+        let ((xp, _xr), (wp, _wr)) = (xd.ptr(&stream)?, wd.ptr(&stream)?);
+        let (dyp, _dyr) = dyd.ptr(&stream)?;
+        let (op, _or) = out.device_ptr_mut(&stream);
+        let (dx, dw, db) = (op, op + 4 * (m * k) as u64, op + 4 * (m * k + k * n) as u64);
+        let ty = types(dtype)?;
+        with_lt(&stream, |lt| {
+            // dxᵀ (k × m) = W (Wᵀ stored n × k, transposed) · dyᵀ (n × m).
+            let a = Operand {
+                ptr: wp,
+                rows: n,
+                cols: k,
+                ld: n,
+                trans: true,
+            };
+            let b = Operand {
+                ptr: dyp,
+                rows: n,
+                cols: m,
+                ld: n,
+                trans: false,
+            };
+            product(lt, ty, a, b, (dx, k, m), Epilogue::Nothing)?;
+            // dWᵀ (n × k) = dyᵀ (n × m) · x (xᵀ stored k × m, transposed), db in the epilogue.
+            let a = Operand {
+                ptr: dyp,
+                rows: n,
+                cols: m,
+                ld: n,
+                trans: false,
+            };
+            let b = Operand {
+                ptr: xp,
+                rows: k,
+                cols: m,
+                ld: k,
+                trans: true,
+            };
+            if product(lt, ty, a, b, (dw, n, k), Epilogue::BiasGradA(db))? {
+                return Ok(true);
+            }
+            product(lt, ty, a, b, (dw, n, k), Epilogue::Nothing)?;
+            Ok(false)
+        })?
+    };
+    if !fused {
+        note_unfused(m, k, n);
+        let rows = Layout::contiguous_with_offset((m, n), dy.l.start_offset());
+        let sums = dy.s.reduce_op(ReduceOp::Sum, &rows, &[0])?;
+        let sums = sums.as_cuda_slice::<f32>()?;
+        let mut db = out.slice_mut(m * k + k * n..);
+        stream
+            .memcpy_dtod(sums, &mut db)
+            .map_err(candle_core::Error::wrap)?;
+    }
+    Ok(CudaStorage::wrap_cuda_slice(out, dev.clone()))
+}
+
+/// Says once on stderr that the bias gradient is summed apart from its product.
+fn note_unfused(m: usize, k: usize, n: usize) {
+    static SAID: std::sync::Once = std::sync::Once::new();
+    SAID.call_once(|| {
+        eprintln!(
+            "{OP}: cuBLASLt has no bias-gradient epilogue for dW of {m} rows of {k} → {n}; \
+             summing db apart"
         )
-    }
-    .map_err(|e| lt_err("product", e))?;
-    drop((_yr, _wsr));
-    Ok(CudaStorage::wrap_cuda_slice(y, dev.clone()))
+    });
 }

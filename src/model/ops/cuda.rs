@@ -130,21 +130,12 @@ pub fn layer_norm_bwd(
     Ok(CudaStorage::wrap_cuda_slice(out, dev.clone()))
 }
 
-/// GELU of x (+ `bias` over rows) with `dy` None, or its backward dx: one thread an element.
-pub fn gelu(x: &CudaIn, bias: Option<&CudaIn>, dy: Option<&CudaIn>) -> Result<CudaStorage> {
+/// GELU of x with `dy` None, or its backward dx: one thread an element.
+pub fn gelu(x: &CudaIn, dy: Option<&CudaIn>) -> Result<CudaStorage> {
     const OP: &str = "lab-gelu";
     let dev = x.device();
     let xv = x.f32(OP)?;
     let n = xv.len();
-    // Without a bias the kernels read none: x stands in for b, with c = 0.
-    let (bv, c) = match bias {
-        Some(b) => {
-            let bv = b.f32(OP)?;
-            let c = super::gelu::bias_width(x.shape(), bv.len(), OP)? as i64;
-            (bv, c)
-        }
-        None => (x.f32(OP)?, 0i64),
-    };
     // SAFETY: every element is written below.
     let mut y = unsafe { dev.alloc::<f32>(n) }?;
     if n > 0 {
@@ -155,8 +146,8 @@ pub fn gelu(x: &CudaIn, bias: Option<&CudaIn>, dy: Option<&CudaIn>) -> Result<Cu
             None => {
                 let f = dev.get_or_load_custom_func("lab_gelu_fwd", OP, ptx)?;
                 let mut l = f.builder();
-                l.arg(&xv).arg(&bv).arg(&mut y).arg(&n64).arg(&c);
-                // SAFETY: x and y hold n values, b c values dividing n (or none read, c = 0).
+                l.arg(&xv).arg(&mut y).arg(&n64);
+                // SAFETY: x and y hold n values.
                 unsafe { l.launch(cfg) }.w()?;
             }
             Some(dy) => {
@@ -166,8 +157,8 @@ pub fn gelu(x: &CudaIn, bias: Option<&CudaIn>, dy: Option<&CudaIn>) -> Result<Cu
                 }
                 let f = dev.get_or_load_custom_func("lab_gelu_bwd", OP, ptx)?;
                 let mut l = f.builder();
-                l.arg(&xv).arg(&bv).arg(&dyv).arg(&mut y).arg(&n64).arg(&c);
-                // SAFETY: x, dy and dx hold n values, b c values dividing n (or none read).
+                l.arg(&xv).arg(&dyv).arg(&mut y).arg(&n64);
+                // SAFETY: x, dy and dx hold n values.
                 unsafe { l.launch(cfg) }.w()?;
             }
         }

@@ -147,16 +147,8 @@ fn the_cuda_gelu_computes_the_cpu_kernels_values() {
     let (mut hy, mut hdx) = (vec![f32::NAN; n], vec![f32::NAN; n]);
     // SAFETY: every vector holds n values.
     unsafe {
-        // No bias: c = 0, b never read.
-        lab_gelu_fwd_host(xs.as_ptr(), xs.as_ptr(), hy.as_mut_ptr(), n as i64, 0);
-        lab_gelu_bwd_host(
-            xs.as_ptr(),
-            xs.as_ptr(),
-            dys.as_ptr(),
-            hdx.as_mut_ptr(),
-            n as i64,
-            0,
-        );
+        lab_gelu_fwd_host(xs.as_ptr(), hy.as_mut_ptr(), n as i64);
+        lab_gelu_bwd_host(xs.as_ptr(), dys.as_ptr(), hdx.as_mut_ptr(), n as i64);
     }
     let err = rel_err(&tensor(hy, &y), &y).unwrap();
     assert!(err <= TOL_F32, "forward: {err:e}");

@@ -1,8 +1,7 @@
 // tanh-GELU (HF `gelu_new`) on a CUDA GPU (src/model/ops/gelu.rs launches it), the CPU kernel's
 // formulas: t = tanh(√(2/π)(x + 0.044715x³)), y = x(1 + t)/2, and
-// dx = dy·((1 + t)/2 + x(1 − t²)·√(2/π)(1 + 3·0.044715x²)/2), t computed again. With c > 0 the
-// input is x + b, b's c values broadcast over rows of c (the bias add of the MLP's first layer,
-// riding in the GELU's launch); with c = 0, x alone.
+// dx = dy·((1 + t)/2 + x(1 − t²)·√(2/π)(1 + 3·0.044715x²)/2), t computed again. (The MLP's bias
+// is added in its product's epilogue, src/model/ops/cublaslt.rs.)
 //
 //   lab_gelu_fwd, lab_gelu_bwd   one thread an element, in blocks of LAB_GELU_THREADS.
 //
@@ -28,11 +27,6 @@ LAB_HD inline float lab_gelu(float x) {
     return 0.5f * x * (1.0f + lab_gelu_tanh(x));
 }
 
-// The GELU's input at element i: x, plus b's value for i's column when there is a bias.
-LAB_HD inline float lab_gelu_in(const float* x, const float* b, long long i, long long c) {
-    return c > 0 ? x[i] + b[i % c] : x[i];
-}
-
 LAB_HD inline float lab_gelu_grad(float x, float g) {
     float th = lab_gelu_tanh(x);
     float du = LAB_GELU_C * (1.0f + 3.0f * LAB_GELU_A * x * x);
@@ -42,16 +36,15 @@ LAB_HD inline float lab_gelu_grad(float x, float g) {
 #ifdef __CUDACC__
 
 extern "C" __global__ void __launch_bounds__(LAB_GELU_THREADS)
-    lab_gelu_fwd(const float* x, const float* b, float* y, long long n, long long c) {
+    lab_gelu_fwd(const float* x, float* y, long long n) {
     long long i = (long long)blockIdx.x * LAB_GELU_THREADS + threadIdx.x;
-    if (i < n) y[i] = lab_gelu(lab_gelu_in(x, b, i, c));
+    if (i < n) y[i] = lab_gelu(x[i]);
 }
 
 extern "C" __global__ void __launch_bounds__(LAB_GELU_THREADS)
-    lab_gelu_bwd(const float* x, const float* b, const float* dy, float* dx, long long n,
-                 long long c) {
+    lab_gelu_bwd(const float* x, const float* dy, float* dx, long long n) {
     long long i = (long long)blockIdx.x * LAB_GELU_THREADS + threadIdx.x;
-    if (i < n) dx[i] = lab_gelu_grad(lab_gelu_in(x, b, i, c), dy[i]);
+    if (i < n) dx[i] = lab_gelu_grad(x[i], dy[i]);
 }
 
 #else
@@ -60,13 +53,12 @@ extern "C" {
 
 int lab_gelu_threads(void) { return LAB_GELU_THREADS; }
 
-void lab_gelu_fwd_host(const float* x, const float* b, float* y, long long n, long long c) {
-    for (long long i = 0; i < n; i++) y[i] = lab_gelu(lab_gelu_in(x, b, i, c));
+void lab_gelu_fwd_host(const float* x, float* y, long long n) {
+    for (long long i = 0; i < n; i++) y[i] = lab_gelu(x[i]);
 }
 
-void lab_gelu_bwd_host(const float* x, const float* b, const float* dy, float* dx, long long n,
-                       long long c) {
-    for (long long i = 0; i < n; i++) dx[i] = lab_gelu_grad(lab_gelu_in(x, b, i, c), dy[i]);
+void lab_gelu_bwd_host(const float* x, const float* dy, float* dx, long long n) {
+    for (long long i = 0; i < n; i++) dx[i] = lab_gelu_grad(x[i], dy[i]);
 }
 }
 

@@ -1,19 +1,14 @@
 //! tanh-GELU (HF `gelu_new`): the forward keeps each tanh, so the backward computes
-//! none of its own; and GELU(x + b), the bias add riding in the GELU (CUDA's `gelu.cu`).
+//! none of its own; on CUDA the kernels of `gelu.cu`.
 
 use super::*;
 
 // The host build of `gelu.cu` (build.rs): this op's CPU version, and the host tests' runs.
 unsafe extern "C" {
-    pub(super) fn lab_gelu_fwd_host(x: *const f32, b: *const f32, y: *mut f32, n: i64, c: i64);
-    pub(super) fn lab_gelu_bwd_host(
-        x: *const f32,
-        b: *const f32,
-        dy: *const f32,
-        dx: *mut f32,
-        n: i64,
-        c: i64,
-    );
+    #[cfg(test)]
+    pub(super) fn lab_gelu_fwd_host(x: *const f32, y: *mut f32, n: i64);
+    #[cfg(test)]
+    pub(super) fn lab_gelu_bwd_host(x: *const f32, dy: *const f32, dx: *mut f32, n: i64);
 }
 
 const GELU_C: f32 = 0.797_884_6; // √(2/π)
@@ -63,7 +58,7 @@ impl Kernel for Gelu {
     /// On a GPU the tanh is computed again by the backward (one thread an element).
     #[cfg(feature = "cuda")]
     fn cuda(&self, xs: &[CudaIn]) -> Result<(candle_core::CudaStorage, Shape)> {
-        Ok((cuda::gelu(&xs[0], None, None)?, xs[0].shape().clone()))
+        Ok((cuda::gelu(&xs[0], None)?, xs[0].shape().clone()))
     }
 
     fn bwd(&self, xs: &[&Tensor], dy: &Tensor) -> Result<Vec<Option<Tensor>>> {
@@ -85,10 +80,7 @@ impl Kernel for GeluBwd {
 
     #[cfg(feature = "cuda")]
     fn cuda(&self, xs: &[CudaIn]) -> Result<(candle_core::CudaStorage, Shape)> {
-        Ok((
-            cuda::gelu(&xs[0], None, Some(&xs[1]))?,
-            xs[0].shape().clone(),
-        ))
+        Ok((cuda::gelu(&xs[0], Some(&xs[1]))?, xs[0].shape().clone()))
     }
 
     fn cpu(&self, xs: &[In]) -> Result<(Vec<f32>, Shape)> {
@@ -119,105 +111,4 @@ impl Kernel for GeluBwd {
 
 pub fn gelu(x: &Tensor) -> Result<Tensor> {
     apply(Gelu::default(), &[&x.contiguous()?])
-}
-
-/// The width of x's rows, which a bias of `b` values must equal, or an error naming `op`.
-pub(super) fn bias_width(x: &Shape, b: usize, op: &str) -> Result<usize> {
-    let c = x.dims().last().copied().unwrap_or(0);
-    if b != c || c == 0 {
-        bail!("{op}: a bias of {b} values for rows of {c}");
-    }
-    Ok(c)
-}
-
-/// GELU(x + b), b broadcast over x's rows: on CUDA the kernel of `gelu.cu` with its bias, on
-/// the CPU the host build of the same file (the CPU model's linear layer adds its own bias).
-struct BiasGelu;
-
-impl Kernel for BiasGelu {
-    const NAME: &'static str = "lab-bias-gelu";
-
-    fn cpu(&self, xs: &[In]) -> Result<(Vec<f32>, Shape)> {
-        let (x, b) = (xs[0].f32::<Self>()?, xs[1].f32::<Self>()?);
-        let c = bias_width(xs[0].shape(), b.len(), Self::NAME)?;
-        let mut y = vec![0f32; x.len()];
-        // SAFETY: x and y hold n values, b c values with c dividing n.
-        unsafe {
-            lab_gelu_fwd_host(
-                x.as_ptr(),
-                b.as_ptr(),
-                y.as_mut_ptr(),
-                x.len() as i64,
-                c as i64,
-            )
-        };
-        Ok((y, xs[0].shape().clone()))
-    }
-
-    #[cfg(feature = "cuda")]
-    fn cuda(&self, xs: &[CudaIn]) -> Result<(candle_core::CudaStorage, Shape)> {
-        Ok((
-            cuda::gelu(&xs[0], Some(&xs[1]), None)?,
-            xs[0].shape().clone(),
-        ))
-    }
-
-    /// dx by the kernel, db as the sum of dx over the rows.
-    fn bwd(&self, xs: &[&Tensor], dy: &Tensor) -> Result<Vec<Option<Tensor>>> {
-        let dx = apply_no_bwd(BiasGeluBwd, &[xs[0], xs[1], &dy.contiguous()?])?;
-        let c = xs[1].elem_count();
-        let db = dx.reshape(((), c))?.sum(0)?.reshape(xs[1].shape())?;
-        Ok(vec![Some(dx), Some(db)])
-    }
-}
-
-/// dx of GELU(x + b) from dy.
-struct BiasGeluBwd;
-
-impl Kernel for BiasGeluBwd {
-    const NAME: &'static str = "lab-bias-gelu-bwd";
-
-    fn cpu(&self, xs: &[In]) -> Result<(Vec<f32>, Shape)> {
-        let (x, b, dy) = (
-            xs[0].f32::<Self>()?,
-            xs[1].f32::<Self>()?,
-            xs[2].f32::<Self>()?,
-        );
-        let c = bias_width(xs[0].shape(), b.len(), Self::NAME)?;
-        if dy.len() != x.len() {
-            bail!(
-                "{}: {} inputs and {} gradients",
-                Self::NAME,
-                x.len(),
-                dy.len()
-            );
-        }
-        let mut dx = vec![0f32; x.len()];
-        // SAFETY: x, dy and dx hold n values, b c values with c dividing n.
-        unsafe {
-            lab_gelu_bwd_host(
-                x.as_ptr(),
-                b.as_ptr(),
-                dy.as_ptr(),
-                dx.as_mut_ptr(),
-                x.len() as i64,
-                c as i64,
-            )
-        };
-        Ok((dx, xs[0].shape().clone()))
-    }
-
-    #[cfg(feature = "cuda")]
-    fn cuda(&self, xs: &[CudaIn]) -> Result<(candle_core::CudaStorage, Shape)> {
-        Ok((
-            cuda::gelu(&xs[0], Some(&xs[1]), Some(&xs[2]))?,
-            xs[0].shape().clone(),
-        ))
-    }
-}
-
-/// GELU(x + b) with b (c) broadcast over the rows of x (…, c): one kernel each way, the
-/// bias's gradient summed from dx.
-pub fn bias_gelu(x: &Tensor, b: &Tensor) -> Result<Tensor> {
-    apply(BiasGelu, &[&x.contiguous()?, &b.contiguous()?])
 }

@@ -5,10 +5,33 @@ use super::*;
 
 /// y = x · W + b with W in Conv1D (in, out) layout, as one gemm into rows preset to b, each
 /// run's rows with its own W and b. On CUDA (a run alone) one cuBLASLt product with its
-/// products in `dtype`, the bias added in its epilogue.
+/// products in `dtype`, the bias added in its epilogue (the CPU's products are f32).
 struct Linear {
     runs: Runs,
     dtype: DType,
+    #[cfg(feature = "cuda")]
+    kept: Kept,
+}
+
+/// The bf16 casts of x and W that a CUDA forward made, kept for its backward.
+#[cfg(feature = "cuda")]
+type Kept = std::sync::Mutex<Option<super::cublaslt::Casts>>;
+
+/// What a forward kept, handed to its backward (and no longer held by the forward).
+#[cfg(feature = "cuda")]
+fn hand_over(k: &Kept) -> Kept {
+    std::sync::Mutex::new(k.lock().ok().and_then(|mut g| g.take()))
+}
+
+/// An error unless the products are f32, all the CPU kernels compute.
+fn f32_products<K: Kernel>(dtype: DType) -> Result<()> {
+    if dtype != DType::F32 {
+        bail!(
+            "{}: products in {dtype:?} on the CPU; its kernel is f32",
+            K::NAME
+        );
+    }
+    Ok(())
 }
 
 /// (in, out) of a linear layer's weight of shape ([N,] in, out).
@@ -23,6 +46,7 @@ impl Kernel for Linear {
     const NAME: &'static str = "lab-linear";
 
     fn cpu(&self, xs: &[In]) -> Result<(Vec<f32>, Shape)> {
+        f32_products::<Self>(self.dtype)?;
         let (x, w, b) = (
             xs[0].f32::<Self>()?,
             xs[1].f32::<Self>()?,
@@ -67,27 +91,35 @@ impl Kernel for Linear {
         }
         let (k, n) = in_out(xs[1].shape())?;
         let m = xs[0].shape().elem_count() / k.max(1);
-        let y = super::cublaslt::linear(&xs[0], &xs[1], &xs[2], (m, k, n), self.dtype)?;
+        let (y, casts) = super::cublaslt::linear(&xs[0], &xs[1], &xs[2], (m, k, n), self.dtype)?;
+        if let Ok(mut kept) = self.kept.lock() {
+            *kept = casts;
+        }
         let mut dims = xs[0].shape().dims().to_vec();
         *dims.last_mut().unwrap() = n;
         Ok((y, Shape::from(dims)))
     }
 
     fn bwd(&self, xs: &[&Tensor], dy: &Tensor) -> Result<Vec<Option<Tensor>>> {
-        if !dy.device().is_cpu() {
-            return composed_grads(xs[0], xs[1], dy, self.dtype);
-        }
         let bwd = LinearBwd {
             runs: self.runs.clone(),
+            dtype: self.dtype,
+            #[cfg(feature = "cuda")]
+            kept: hand_over(&self.kept),
         };
         let packed = apply_no_bwd(bwd, &[xs[0], xs[1], &dy.contiguous()?])?;
         Ok(unpack(&packed, xs)?.into_iter().map(Some).collect())
     }
 }
 
-/// dx = dy · Wᵀ, dW = xᵀ · dy, db = Σ_rows dy (each run's from its own rows), packed.
+/// dx = dy · Wᵀ, dW = xᵀ · dy, db = Σ_rows dy (each run's from its own rows), packed; on CUDA
+/// (a run alone) two cuBLASLt products in `dtype`, db in the second's epilogue, from the
+/// forward's casts where it `kept` them.
 struct LinearBwd {
     runs: Runs,
+    dtype: DType,
+    #[cfg(feature = "cuda")]
+    kept: Kept,
 }
 
 /// Σ over the rows (n wide) of dy, summed in blocks of `ROWS` rows.
@@ -117,6 +149,7 @@ impl Kernel for LinearBwd {
     const NAME: &'static str = "lab-linear-bwd";
 
     fn cpu(&self, xs: &[In]) -> Result<(Vec<f32>, Shape)> {
+        f32_products::<Self>(self.dtype)?;
         let (x, w, dy) = (
             xs[0].f32::<Self>()?,
             xs[1].f32::<Self>()?,
@@ -161,6 +194,19 @@ impl Kernel for LinearBwd {
         });
         Ok((out, Shape::from(m * k + nr * (k * n + n))))
     }
+
+    #[cfg(feature = "cuda")]
+    fn cuda(&self, xs: &[CudaIn]) -> Result<(candle_core::CudaStorage, Shape)> {
+        if self.runs.len() != 1 {
+            bail!("{}: a pack trains on the CPU", Self::NAME);
+        }
+        let (k, n) = in_out(xs[1].shape())?;
+        let m = xs[0].shape().elem_count() / k.max(1);
+        let casts = self.kept.lock().ok().and_then(|mut g| g.take());
+        let out =
+            super::cublaslt::linear_grads(&xs[0], &xs[1], &xs[2], (m, k, n), self.dtype, casts)?;
+        Ok((out, Shape::from(m * k + k * n + n)))
+    }
 }
 
 /// x · W + b over the last dimension of x, W (in, out).
@@ -175,6 +221,8 @@ pub fn linear_in(x: &Tensor, w: &Tensor, b: &Tensor, dtype: DType) -> Result<Ten
     let op = Linear {
         runs: Runs::one(rows),
         dtype,
+        #[cfg(feature = "cuda")]
+        kept: Kept::default(),
     };
     apply(op, &[&x.contiguous()?, &w.contiguous()?, &b.contiguous()?])
 }
@@ -185,44 +233,8 @@ pub fn linear_runs(x: &Tensor, w: &Tensor, b: &Tensor, runs: &Runs) -> Result<Te
     let op = Linear {
         runs: runs.clone(),
         dtype: DType::F32,
+        #[cfg(feature = "cuda")]
+        kept: Kept::default(),
     };
     apply(op, &[&x.contiguous()?, &w.contiguous()?, &b.contiguous()?])
-}
-
-/// The gradients of x·W + b as the composed layer's backward takes them, its products in
-/// `dtype` (the backward of the CUDA linear layer): dx = dy·Wᵀ, dW = xᵀ·dy, db = Σ_rows dy.
-fn composed_grads(
-    x: &Tensor,
-    w: &Tensor,
-    dy: &Tensor,
-    dtype: DType,
-) -> Result<Vec<Option<Tensor>>> {
-    let (k, n) = in_out(w.shape())?;
-    let (x2, dy2) = (x.reshape(((), k))?, dy.reshape(((), n))?);
-    // dy cast once for both products.
-    let dyc = dy2.to_dtype(dtype)?;
-    let dx = matmul_in(&dyc, &w.t()?, dtype)?.reshape(x.shape())?;
-    let dw = matmul_in(&x2.t()?, &dyc, dtype)?;
-    Ok(vec![Some(dx), Some(dw), Some(dy2.sum(0)?)])
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::model::ops::tests::{run, values};
-
-    #[test]
-    fn the_cuda_layers_backward_gives_the_cpu_kernels_gradients() {
-        // The CUDA layer's backward (candle's products) on the CPU, against the CPU kernel's.
-        let (x, w, b) = (values(&[2, 7, 5], 1), values(&[5, 3], 2), values(&[3], 3));
-        let (_, want) = run(&|t| linear(&t[0], &t[1], &t[2]), &[x.clone(), w.clone(), b]);
-        let dy = values(&[2, 7, 3], 99);
-        let got = composed_grads(&x, &w, &dy, DType::F32).unwrap();
-        for (g, (want, what)) in got.iter().zip(want.iter().zip(["dx", "dW", "db"])) {
-            let g = g.as_ref().unwrap();
-            assert_eq!(g.dims(), want.dims(), "{what}");
-            let d = (g - want).unwrap().abs().unwrap().max_all().unwrap();
-            assert!(d.to_scalar::<f32>().unwrap() < 1e-5, "{what}: {d}");
-        }
-    }
 }

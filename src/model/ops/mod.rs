@@ -36,7 +36,7 @@ use kernel::{In, Kernel, apply, apply_no_bwd};
 
 pub use attention::causal_attention;
 pub use cross_entropy::cross_entropy;
-pub use gelu::{bias_gelu, gelu};
+pub use gelu::gelu;
 pub use head::{head_cross_entropy, head_cross_entropy_runs, head_loss};
 pub use layer_norm::{layer_norm, layer_norm_runs};
 pub use linear::{linear, linear_in, linear_runs};

@@ -213,29 +213,6 @@ fn head_loss_refuses_targets_that_are_not_one_a_row() {
 }
 
 #[test]
-fn bias_gelu_matches_gelu_of_the_biased_input() {
-    // The kernel that CUDA runs (its host build): a bias of odd width over more elements than
-    // a block's threads, the bias's gradient summed over the rows.
-    let (n, c) = (67, 13);
-    compare(
-        &|t| bias_gelu(&t[0], &t[1]),
-        &|t| reference::gelu(&t[0].broadcast_add(&t[1])?),
-        &[(values(&[n, c], 4) * 4.0).unwrap(), values(&[c], 5)],
-        1e-5,
-        "bias GELU",
-    );
-}
-
-#[test]
-fn bias_gelu_refuses_a_bias_that_is_not_the_rows_width() {
-    let err = bias_gelu(&values(&[3, 4], 1), &values(&[3], 2)).unwrap_err();
-    assert!(
-        err.to_string().contains("a bias of 3 values for rows of 4"),
-        "{err}"
-    );
-}
-
-#[test]
 fn row_cross_entropy_matches_log_softmax_of_the_logits() {
     // The kernel that CUDA runs (its host build): rows narrower than a block's threads and
     // wider than several blocks' worth, targets at both ends of a row.
