@@ -46,7 +46,9 @@
 #      1m-L4 at 4 and 8 layers, bf16, 2 and 4 steps each under the preloaded launch counter
 #      (dist/liblaunches.so, scripts/bench/launches.c); also cuBLAS products, memsets, copies,
 #      allocations and host waits a step, and the 25 kernels launched most
-#      (launches-<kernels>.md);
+#      (launches-<kernels>.md). The dry run counts the same with dist/lab-cuda over
+#      scripts/bench/nocuda.c, a stand-in for the CUDA libraries, where it is built (else it
+#      runs tiny on the CPU and counts nothing);
 #   8. small runs packed on one GPU: K = 1, 4 and 8 concurrent runs (1 and 2 in the dry run) of
 #      the 1m-L4 and 10m-L6 configs, their summed tokens/s: the GPU study's cost table; on CUDA,
 #      1m-L4 again under an MPS daemon (nvidia-cuda-mps-control) where the machine has one.
@@ -357,16 +359,31 @@ fi
 # budget: 40 a layer, 20 for the embedding, head, loss and optimizer), counted by the preloaded
 # scripts/bench/launches.c (built with the binary: dist/liblaunches.so; the dry run builds its
 # own, and counts nothing on the CPU) in the small config at two depths, 2 and 4 steps each.
+# The dry run counts the CUDA binary's launches too where this machine has one (dist/lab-cuda,
+# from scripts/build-cuda.sh): it runs over scripts/bench/nocuda.c, a stand-in for the CUDA
+# libraries whose kernels do nothing, so every count is the GPU's and every value zero.
 shim=$root/dist/liblaunches.so
+lab7=$lab dev7=$dev cfg7=${packs[0]} shape7=("${shape[@]}") env7=()
+depths=(4 8)
+prec=(--set train.precision=bf16)
 if [ $dry = 1 ]; then
   shim=$out/liblaunches.so
   cc -O2 -shared -fPIC -o "$shim" "$root/scripts/bench/launches.c" -ldl -lpthread 2>"$out/s7-cc.log" ||
     fail 7 "$out/s7-cc.log"
-  depths=(1 2)
-  prec=()
-else
-  depths=(4 8)
-  prec=(--set train.precision=bf16)
+  if [ -x "$root/dist/lab-cuda" ]; then
+    mkdir -p "$out/nocuda"
+    cc -O2 -shared -fPIC -Wl,-soname,libcudart.so.13 -Wl,--default-symver \
+      -o "$out/nocuda/libnocuda.so" "$root/scripts/bench/nocuda.c" 2>>"$out/s7-cc.log" ||
+      fail 7 "$out/s7-cc.log"
+    for n in libcuda.so.1 libcudart.so.13 libcublas.so.13 libcublasLt.so.13 libcurand.so.10; do
+      ln -sf libnocuda.so "$out/nocuda/$n"
+    done
+    lab7=$root/dist/lab-cuda dev7=cuda cfg7=$root/configs/1m-L4.toml shape7=()
+    env7=(LD_LIBRARY_PATH="$out/nocuda")
+  else
+    depths=(1 2)
+    prec=()
+  fi
 fi
 if [ ! -f "$shim" ]; then
   row "7 launches" FAILED "$shim missing (scripts/build-cuda.sh builds it; carry dist/)"
@@ -379,14 +396,16 @@ else
       for s in 2 4; do
         f=$out/s7-$k-L$l-s$s.txt
         files+=("$f")
-        LD_PRELOAD=$shim LAB_LAUNCHES=$f train "s7-$k-L$l-s$s" "${packs[0]}" $dev 60 --max-steps $s \
-          --kernels $k --set model.n_layer=$l --set train.log_every=100 "${prec[@]}" || { ok=0; break 2; }
+        timeout "$(limit 60)" env "${env7[@]}" LD_PRELOAD="$shim" LAB_LAUNCHES="$f" "$lab7" train \
+          --config "$cfg7" --device "$dev7" --out "$out/s7-$k-L$l-s$s" "${shape7[@]}" \
+          --max-steps $s --kernels $k --set model.n_layer=$l --set train.log_every=100 "${prec[@]}" \
+          >"$out/s7-$k-L$l-s$s.log" 2>&1 || { ok=0; break 2; }
       done
     done
     if [ $ok = 1 ] && line=$(python3 "$root/scripts/bench/launches.py" "${depths[0]}" "${files[0]}" \
       "${files[1]}" "${depths[1]}" "${files[2]}" "${files[3]}" 2 --kernels 25 2>&1); then
       printf '%s\n' "$line" >"$out/launches-$k.md"
-      row "7 launches, $(basename "${packs[0]}" .toml), $k" ok "$(head -n 1 <<<"$line")"
+      row "7 launches, $(basename "$cfg7" .toml), $k" ok "$(head -n 1 <<<"$line")${env7:+ (no GPU: dist/lab-cuda over scripts/bench/nocuda.c)}"
     else
       fail 7 "$(ls -t "$out"/s7-$k-*.log | head -n 1)"
       row "7 launches, $k" FAILED "see the error above"

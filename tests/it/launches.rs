@@ -1,7 +1,9 @@
 //! `scripts/bench/launches.c`, the launch counter the GPU check preloads, stands between a
 //! program and the CUDA libraries it calls and counts each call (kernels by name), and
 //! `launches.py` turns two depths' counts into launches a step, a layer and outside the layers.
-//! No GPU here: the libraries below it are a stand-in built by the test, each call a no-op.
+//! No GPU here: the libraries below it are a stand-in built by the test, each call a no-op; and
+//! `nocuda.c`, the stand-in for the CUDA libraries that the dry gpu-check counts the CUDA
+//! binary over, keeps memory and finds only the kernels a module declares.
 
 use std::path::Path;
 use std::process::Command;
@@ -154,6 +156,27 @@ fn the_counter_counts_every_call_and_the_script_splits_steps_and_layers() {
     ] {
         assert!(text.lines().any(|l| l == line), "{line}:\n{text}");
     }
+    // A wrapper that inherits the preload and exits after the program (`timeout`, `time`)
+    // asked nothing of the GPU, and leaves the program's counts as they are.
+    let file = dir.join("wrapped.txt");
+    let st = Command::new("timeout")
+        .args([
+            "60".as_ref(),
+            dir.join("prog").as_os_str(),
+            "2".as_ref(),
+            "3".as_ref(),
+        ])
+        .env("LD_PRELOAD", dir.join("liblaunches.so"))
+        .env("LAB_LAUNCHES", &file)
+        .env("LD_LIBRARY_PATH", dir)
+        .status()
+        .unwrap();
+    assert!(st.success(), "{st}");
+    assert_eq!(
+        std::fs::read_to_string(&file).unwrap(),
+        text,
+        "wrapped in timeout"
+    );
     // Without LAB_LAUNCHES it writes nothing and passes the calls on.
     let st = Command::new(dir.join("prog"))
         .args(["1", "1"])
@@ -198,4 +221,81 @@ fn the_counter_counts_every_call_and_the_script_splits_steps_and_layers() {
     assert_eq!(rows.len(), 6, "{text}");
     assert!(rows.contains(&"| `k8192` | 2 |"), "{text}");
     assert_eq!(rows[5], "| `k12288` | 1 |", "{text}");
+}
+
+/// A program of the CUDA binary's calls against `scripts/bench/nocuda.c`: memory round-trips,
+/// a module's kernels are found by the names its PTX declares and by no other, a launch of
+/// more threads than a block holds fails, and cuBLASLt's heuristic offers an algorithm. The
+/// exit status is the number of the first check that failed.
+const NOCUDA_PROG: &str = r#"
+#include <string.h>
+typedef unsigned long long P;
+int cuInit(unsigned);
+int cuMemAlloc_v2(P*, size_t);
+int cuMemcpyHtoDAsync_v2(P, const void*, size_t, void*);
+int cuMemcpyDtoHAsync_v2(void*, P, size_t, void*);
+int cuMemsetD8Async(P, unsigned char, size_t, void*);
+int cuModuleLoadData(void**, const void*);
+int cuModuleGetFunction(void**, void*, const char*);
+int cuFuncGetName(const char**, void*);
+int cuLaunchKernel(void*, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned,
+                   unsigned, void*, void**, void**);
+int cublasLtMatmulAlgoGetHeuristic(void*, void*, void*, void*, void*, void*, void*, int,
+                                   void*, int*);
+int main(void) {
+    if (cuInit(0)) return 1;
+    P d;
+    char in[6] = "abcde", out[6] = {0};
+    if (cuMemAlloc_v2(&d, 6) || cuMemcpyHtoDAsync_v2(d, in, 6, 0)) return 2;
+    if (cuMemcpyDtoHAsync_v2(out, d, 6, 0) || strcmp(in, out)) return 3;
+    if (cuMemsetD8Async(d, 'z', 2, 0) || cuMemcpyDtoHAsync_v2(out, d, 6, 0)) return 4;
+    if (strcmp(out, "zzcde")) return 5;
+    void *m, *f;
+    const char* ptx = ".visible .entry lab_ln_fwd(\n.param .u64 x\n)\n"
+                      ".visible .entry lab_ln_fwd_rows(\n)\n";
+    if (cuModuleLoadData(&m, ptx)) return 6;
+    if (cuModuleGetFunction(&f, m, "lab_ln") != 500) return 7;
+    if (cuModuleGetFunction(&f, m, "lab_ln_fwd")) return 8;
+    const char* name;
+    if (cuFuncGetName(&name, f) || strcmp(name, "lab_ln_fwd")) return 9;
+    if (cuLaunchKernel(f, 4, 1, 1, 128, 1, 1, 0, 0, 0, 0)) return 10;
+    if (!cuLaunchKernel(f, 4, 1, 1, 2048, 1, 1, 0, 0, 0, 0)) return 11;
+    char heur[96];
+    int found = 0;
+    if (cublasLtMatmulAlgoGetHeuristic(0, 0, 0, 0, 0, 0, 0, 1, heur, &found) || found != 1)
+        return 12;
+    return 0;
+}
+"#;
+
+#[test]
+fn the_stand_in_for_the_cuda_libraries_keeps_memory_and_finds_only_declared_kernels() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    let src = root().join("scripts/bench/nocuda.c");
+    cc(
+        dir,
+        &[
+            "-O2",
+            "-Wall",
+            "-Werror",
+            "-Wno-unused-parameter",
+            "-shared",
+            "-fPIC",
+            "-Wl,-soname,libcudart.so.13",
+            "-Wl,--default-symver",
+            "-o",
+            "libnocuda.so",
+            src.to_str().unwrap(),
+        ],
+    );
+    // The library names itself libcudart.so.13, as the CUDA binary asks for its versions.
+    std::os::unix::fs::symlink("libnocuda.so", dir.join("libcudart.so.13")).unwrap();
+    std::fs::write(dir.join("prog.c"), NOCUDA_PROG).unwrap();
+    cc(dir, &["-o", "prog", "prog.c", "-L.", "-lnocuda"]);
+    let st = Command::new(dir.join("prog"))
+        .env("LD_LIBRARY_PATH", dir)
+        .status()
+        .unwrap();
+    assert!(st.success(), "check {:?} failed", st.code());
 }
