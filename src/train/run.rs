@@ -653,8 +653,8 @@ impl Window {
 
 /// Forward and backward of a batch given as micro-batches (`train.micro_batch`): each loss
 /// weighted by its share of the batch's loss tokens and the gradients summed, which is the
-/// whole batch's mean loss and its gradient. One micro-batch is exactly `step`. The loss stays
-/// an f64 scalar on the device: nothing waits for it.
+/// whole batch's mean loss and its gradient. One micro-batch is exactly `step` (its loss an f32
+/// scalar); more are summed in f64. The loss stays on the device: nothing waits for it.
 fn accumulate(lp: &Loop, parts: &[Batch]) -> Result<(Tensor, GradStore)> {
     if let [one] = parts {
         return step(lp, one, None);
@@ -664,7 +664,7 @@ fn accumulate(lp: &Loop, parts: &[Batch]) -> Result<(Tensor, GradStore)> {
     for b in parts {
         let w = b.loss_tokens as f64 / total.max(1) as f64;
         let (l, g) = step(lp, b, Some(w))?;
-        let l = (l * w)?;
+        let l = (l.to_dtype(candle_core::DType::F64)? * w)?;
         loss = Some(match loss {
             Some(acc) => (acc + l)?,
             None => l,
@@ -690,12 +690,12 @@ fn accumulate(lp: &Loop, parts: &[Batch]) -> Result<(Tensor, GradStore)> {
 }
 
 /// Forward and backward of one batch, its loss scaled by `weight` when given. Returns the
-/// (unscaled) loss as an f64 scalar on the device.
+/// (unscaled) loss, an f32 scalar on the device.
 fn step(lp: &Loop, batch: &Batch, weight: Option<f64>) -> Result<(Tensor, GradStore)> {
     let fwd = profile::span("step/forward");
     let h = lp.model.hidden(&batch.ids, &batch.pos, &batch.lens)?;
     let loss: Tensor = lp.model.loss(&h, &batch.rows, &batch.targets)?;
-    let l = loss.to_dtype(candle_core::DType::F64)?;
+    let l = loss.clone();
     drop(fwd);
     let _t = profile::span("step/backward");
     let loss = match weight {
@@ -705,13 +705,14 @@ fn step(lp: &Loop, batch: &Batch, weight: Option<f64>) -> Result<(Tensor, GradSt
     Ok((l, loss.backward()?))
 }
 
-/// The step's one host read: its loss and gradient norm together, once the update is queued.
+/// The step's host reads: its gradient norm and loss, once the update is queued (one wait).
 /// A non-finite loss stops the run before anything of the step is logged or checkpointed, so
 /// the last checkpoint stays the last good state.
 fn read_loss_and_norm(lp: &Loop, loss: &Tensor, norm: &Tensor) -> Result<(f64, f64)> {
-    let both = Tensor::stack(&[loss.clone(), norm.to_device(loss.device())?], 0)?;
-    let v = both.to_vec1::<f64>()?;
-    let (l, n) = (v[0], v[1]);
+    // The norm first: queued last, its read waits for the whole step, and the loss is then
+    // ready. Two copies and no kernel (a stack and a cast were three launches a step).
+    let n = scalar(norm)?;
+    let l = scalar(loss)?;
     if !l.is_finite() {
         bail!(
             "the training loss is {l} at epoch {}; stopping before the step is saved. The last good checkpoint is kept in {} (lower train.lr?)",
@@ -720,4 +721,13 @@ fn read_loss_and_norm(lp: &Loop, loss: &Tensor, norm: &Tensor) -> Result<(f64, f
         );
     }
     Ok((l, n))
+}
+
+/// A scalar's value (an f32 loss, an f64 loss or norm) as f64, read without a cast on its
+/// device.
+fn scalar(t: &Tensor) -> Result<f64> {
+    Ok(match t.dtype() {
+        candle_core::DType::F32 => f64::from(t.to_scalar::<f32>()?),
+        _ => t.to_scalar::<f64>()?,
+    })
 }

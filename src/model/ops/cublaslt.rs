@@ -14,6 +14,7 @@ use candle_core::op::ReduceOp;
 use candle_core::{CudaStorage, DType, Layout, Result, bail};
 
 use super::cuda::CudaIn;
+use super::kernel::{In, Kernel};
 
 const OP: &str = "lab-linear";
 
@@ -100,17 +101,18 @@ fn types(dtype: DType) -> Result<(sys::cudaDataType, sys::cublasComputeType_t)> 
     })
 }
 
-/// An input of the products in their dtype: f32 as stored, or its bf16 cast.
+/// An input of the products in their dtype: f32 or bf16 as stored, or a cast to it.
 pub enum Data<'a> {
     F32(CudaView<'a, f32>),
-    Bf16(CudaStorage),
+    Bf16(CudaView<'a, half::bf16>),
+    Cast(CudaStorage),
 }
 
 impl<'a> Data<'a> {
     /// `x` ready for products in `dtype`: cast to bf16 (one launch) or as it is.
     fn of(x: &CudaIn<'a>, dtype: DType) -> Result<Data<'a>> {
         Ok(match dtype {
-            DType::BF16 => Data::Bf16(x.s.to_dtype(x.l, DType::BF16)?),
+            DType::BF16 => Data::Cast(x.s.to_dtype(x.l, DType::BF16)?),
             _ => Data::F32(x.f32(OP)?),
         })
     }
@@ -119,9 +121,106 @@ impl<'a> Data<'a> {
     fn ptr<'s>(&'s self, stream: &'s CudaStream) -> Result<(u64, SyncOnDrop<'s>)> {
         Ok(match self {
             Data::F32(v) => v.device_ptr(stream),
-            Data::Bf16(s) => s.as_cuda_slice::<half::bf16>()?.device_ptr(stream),
+            Data::Bf16(v) => v.device_ptr(stream),
+            Data::Cast(s) if s.dtype() == DType::F32 => {
+                s.as_cuda_slice::<f32>()?.device_ptr(stream)
+            }
+            Data::Cast(s) => s.as_cuda_slice::<half::bf16>()?.device_ptr(stream),
         })
     }
+
+    /// The (r × c) row-major matrix `x` as cuBLASLt's column-major xᵀ (c × r), its address
+    /// left to fill: as stored when x is contiguous, and its storage transposed when x is the
+    /// transpose of a contiguous (c × r) matrix (strides (1, r)); read in `dtype` (cast, then
+    /// contiguous, when it is not).
+    fn transposed(x: &CudaIn<'a>, dtype: DType) -> Result<(Data<'a>, Operand)> {
+        let (r, c) = x.shape().dims2()?;
+        let stored = Operand {
+            ptr: 0,
+            rows: c,
+            cols: r,
+            ld: c,
+            trans: false,
+        };
+        if x.s.dtype() != dtype {
+            return Ok((Data::Cast(x.s.to_dtype(x.l, dtype)?), stored));
+        }
+        let op = if x.l.is_contiguous() {
+            stored
+        } else if x.l.stride() == [1, r] {
+            Operand {
+                ptr: 0,
+                rows: r,
+                cols: c,
+                ld: r,
+                trans: true,
+            }
+        } else {
+            bail!(
+                "{OP}: a product's input of strides {:?}: contiguous or transposed",
+                x.l.stride()
+            )
+        };
+        let span = x.l.start_offset()..x.l.start_offset() + r * c;
+        let data = match dtype {
+            DType::F32 => Data::F32(x.s.as_cuda_slice::<f32>()?.slice(span)),
+            _ => Data::Bf16(x.s.as_cuda_slice::<half::bf16>()?.slice(span)),
+        };
+        Ok((data, op))
+    }
+}
+
+/// `matmul` as a lab op, outside the graph (the head's products).
+pub struct Product(pub DType);
+
+impl Kernel for Product {
+    const NAME: &'static str = "lab-product";
+
+    fn cpu(&self, _: &[In]) -> Result<(Vec<f32>, candle_core::Shape)> {
+        bail!("{}: a CUDA product (the CPU's is matmul_in)", Self::NAME)
+    }
+
+    fn cuda(&self, xs: &[CudaIn]) -> Result<(CudaStorage, candle_core::Shape)> {
+        let (c, mn) = matmul(&xs[0], &xs[1], self.0)?;
+        Ok((c, mn.into()))
+    }
+}
+
+/// a (m × k) · b (k × n) as a row-major f32 (m × n), from inputs already in `dtype` where they
+/// are (else cast), each contiguous or the transpose of a contiguous matrix: one cuBLASLt
+/// product, no cast of the result. Row-major c is column-major cᵀ = bᵀ·aᵀ.
+pub fn matmul(a: &CudaIn, b: &CudaIn, dtype: DType) -> Result<(CudaStorage, (usize, usize))> {
+    let dev = a.device();
+    let ((m, k), (k2, n)) = (a.shape().dims2()?, b.shape().dims2()?);
+    if k != k2 {
+        bail!("{OP}: a product of ({m} × {k}) and ({k2} × {n})");
+    }
+    // SAFETY: the product writes every value of c.
+    let mut c = unsafe { dev.alloc::<f32>(m * n) }?;
+    if m * n * k > 0 {
+        let stream = dev.cuda_stream();
+        let ((ad, mut second), (bd, mut first)) =
+            (Data::transposed(a, dtype)?, Data::transposed(b, dtype)?);
+        let ((ap, _ar), (bp, _br)) = (ad.ptr(&stream)?, bd.ptr(&stream)?);
+        (second.ptr, first.ptr) = (ap, bp);
+        let (cp, _cr) = c.device_ptr_mut(&stream);
+        with_lt(&stream, |lt| {
+            product(
+                lt,
+                types(dtype)?,
+                first,
+                second,
+                (cp, n, m),
+                Epilogue::Nothing,
+            )
+            .map(|_| ())
+        })?;
+    } else if m * n > 0 {
+        dev.cuda_stream()
+            .memset_zeros(&mut c)
+            .map_err(candle_core::Error::wrap)?;
+    }
+    Ok((CudaStorage::wrap_cuda_slice(c, dev.clone()), (m, n)))
 }
 
 /// One operand of a product: `rows × cols` column-major at `ptr` with leading dimension `ld`,
@@ -333,7 +432,7 @@ pub fn linear(
         })?;
     }
     let casts = match (xd, wd) {
-        (Data::Bf16(x), Data::Bf16(w)) => Some(Casts { x, w }),
+        (Data::Cast(x), Data::Cast(w)) => Some(Casts { x, w }),
         _ => None,
     };
     Ok((CudaStorage::wrap_cuda_slice(y, dev.clone()), casts))
@@ -362,7 +461,7 @@ pub fn linear_grads(
     let mut out = unsafe { dev.alloc::<f32>(len) }?;
     let stream = dev.cuda_stream();
     let (xd, wd) = match casts {
-        Some(Casts { x, w }) => (Data::Bf16(x), Data::Bf16(w)),
+        Some(Casts { x, w }) => (Data::Cast(x), Data::Cast(w)),
         None => (Data::of(x, dtype)?, Data::of(w, dtype)?),
     };
     let dyd = Data::of(dy, dtype)?;

@@ -226,7 +226,7 @@ pub(super) fn head_loss_chunked(
             targets.elem_count()
         );
     }
-    let mm = |a: &Tensor, b: &Tensor| matmul_in(a, b, dtype);
+    let mm = |a: &Tensor, b: &Tensor| matmul_f32(a, b, dtype);
     // Outside the graph: this op's backward is the gradients made here.
     let (h, w) = (x.detach(), wte.detach().to_dtype(dtype)?);
     let g = Tensor::full(1.0 / n as f32, n, x.device())?;
@@ -242,6 +242,8 @@ pub(super) fn head_loss_chunked(
             &g.narrow(0, at, rows)?,
         )?;
         drop(logits);
+        // Cast once for both of its products.
+        let dl = dl.to_dtype(dtype)?;
         dxs.push(mm(&dl, &w)?);
         let dwc = mm(&dl.t()?, &hc)?;
         dw = Some(match dw {

@@ -122,6 +122,16 @@ pub fn matmul_in(a: &Tensor, b: &Tensor, dtype: DType) -> Result<Tensor> {
         .to_dtype(DType::F32)
 }
 
+/// `matmul_in` with the product written in f32 by the product itself: on CUDA one cuBLASLt
+/// product that reads inputs already in `dtype` (transposed views too) as they are.
+pub fn matmul_f32(a: &Tensor, b: &Tensor, dtype: DType) -> Result<Tensor> {
+    #[cfg(feature = "cuda")]
+    if a.device().is_cuda() {
+        return apply_no_bwd(cublaslt::Product(dtype), &[a, b]);
+    }
+    matmul_in(a, b, dtype)
+}
+
 /// LayerNorm epsilon (SPEC §5, as in HF GPT-2).
 pub const LN_EPS: f32 = 1e-5;
 /// Rows per parallel task; fixed so that reductions sum in the same order on any thread count.
