@@ -5,8 +5,9 @@
 //
 //   lab_ce_fwd, lab_ce_bwd   one block a row: the maximum and the sum by fixed-order block
 //                            reductions, then the row's loss (or its gradient, and the loss
-//                            too where `loss` is not null: the head's loss, which turns each
-//                            chunk's logits into their gradient in its forward).
+//                            weighted by dloss_r too where `loss` is not null: the head's loss,
+//                            which turns each chunk's logits into their gradient in its forward
+//                            and whose mean is then one sum).
 //
 // The arithmetic is in the LAB_HD functions, built for the GPU (nvcc, -fmad=false) and for the
 // host (build.rs), which is also the op's CPU version (the CPU model's head fuses its own).
@@ -89,7 +90,8 @@ extern "C" __global__ void __launch_bounds__(LAB_CE_THREADS)
     long long at = (long long)blockIdx.x * v;
     float m, sum;
     lab_ce_stats(x + at, v, s, &m, &sum);
-    if (loss && threadIdx.x == 0) loss[blockIdx.x] = logf(sum) + m - x[at + targets[blockIdx.x]];
+    if (loss && threadIdx.x == 0)
+        loss[blockIdx.x] = (logf(sum) + m - x[at + targets[blockIdx.x]]) * dloss[blockIdx.x];
     lab_ce_grad_thread(dx + at, x + at, v, targets[blockIdx.x], m, 1.0f / sum,
                        dloss[blockIdx.x], threadIdx.x, LAB_CE_THREADS);
 }
@@ -128,7 +130,7 @@ void lab_ce_bwd_host(const float* x, const unsigned* targets, const float* dloss
         long long at = (long long)r * v;
         float m, sum;
         lab_ce_stats_host(x + at, v, &m, &sum);
-        if (loss) loss[r] = logf(sum) + m - x[at + targets[r]];
+        if (loss) loss[r] = (logf(sum) + m - x[at + targets[r]]) * dloss[r];
         for (int i = 0; i < LAB_CE_THREADS; i++)
             lab_ce_grad_thread(dx + at, x + at, v, targets[r], m, 1.0f / sum, dloss[r], i,
                                LAB_CE_THREADS);

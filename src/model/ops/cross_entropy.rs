@@ -68,7 +68,8 @@ impl Kernel for CrossEntropy {
 }
 
 /// The logits' gradient from each row's loss gradient: (softmax − one-hot)·dloss; where
-/// `and_loss`, each row's loss after it (n·v + n values), from the same pass over the row.
+/// `and_loss`, each row's loss weighted by its dloss after it (n·v + n values), from the same
+/// pass over the row.
 struct CrossEntropyBwd {
     and_loss: bool,
 }
@@ -127,8 +128,8 @@ impl CrossEntropyBwd {
     }
 }
 
-/// The gradient of Σ_r g_r·loss_r with respect to logits (n, v), and each row's loss (n), in
-/// one pass over the logits: what the head's loss needs of a chunk's logits.
+/// The gradient of Σ_r g_r·loss_r with respect to logits (n, v), and each row's g_r·loss_r
+/// (n), in one pass over the logits: what the head's loss needs of a chunk's logits.
 pub(super) fn cross_entropy_grad_and_loss(
     logits: &Tensor,
     targets: &Tensor,

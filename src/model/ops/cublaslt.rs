@@ -15,6 +15,7 @@ use candle_core::{CudaStorage, DType, Layout, Result, bail};
 
 use super::cuda::CudaIn;
 use super::kernel::{In, Kernel};
+use super::lt_layout;
 
 const OP: &str = "lab-linear";
 
@@ -129,44 +130,27 @@ impl<'a> Data<'a> {
         })
     }
 
-    /// The (r × c) row-major matrix `x` as cuBLASLt's column-major xᵀ (c × r), its address
-    /// left to fill: as stored when x is contiguous, and its storage transposed when x is the
-    /// transpose of a contiguous (c × r) matrix (strides (1, r)); read in `dtype` (cast, then
-    /// contiguous, when it is not).
-    fn transposed(x: &CudaIn<'a>, dtype: DType) -> Result<(Data<'a>, Operand)> {
+    /// The (r × c) row-major matrix `x` read in `dtype`, and whether its storage is x
+    /// contiguous (else the contiguous transpose: strides (1, r)), as `lt_layout::transposed`
+    /// takes it. An x not in `dtype` is cast, and then contiguous.
+    fn row_major(x: &CudaIn<'a>, dtype: DType) -> Result<(Data<'a>, bool)> {
         let (r, c) = x.shape().dims2()?;
-        let stored = Operand {
-            ptr: 0,
-            rows: c,
-            cols: r,
-            ld: c,
-            trans: false,
-        };
         if x.s.dtype() != dtype {
-            return Ok((Data::Cast(x.s.to_dtype(x.l, dtype)?), stored));
+            return Ok((Data::Cast(x.s.to_dtype(x.l, dtype)?), true));
         }
-        let op = if x.l.is_contiguous() {
-            stored
-        } else if x.l.stride() == [1, r] {
-            Operand {
-                ptr: 0,
-                rows: r,
-                cols: c,
-                ld: r,
-                trans: true,
-            }
-        } else {
+        let contiguous = x.l.is_contiguous();
+        if !contiguous && x.l.stride() != [1, r] {
             bail!(
                 "{OP}: a product's input of strides {:?}: contiguous or transposed",
                 x.l.stride()
             )
-        };
+        }
         let span = x.l.start_offset()..x.l.start_offset() + r * c;
         let data = match dtype {
             DType::F32 => Data::F32(x.s.as_cuda_slice::<f32>()?.slice(span)),
             _ => Data::Bf16(x.s.as_cuda_slice::<half::bf16>()?.slice(span)),
         };
-        Ok((data, op))
+        Ok((data, contiguous))
     }
 }
 
@@ -199,21 +183,12 @@ pub fn matmul(a: &CudaIn, b: &CudaIn, dtype: DType) -> Result<(CudaStorage, (usi
     let mut c = unsafe { dev.alloc::<f32>(m * n) }?;
     if m * n * k > 0 {
         let stream = dev.cuda_stream();
-        let ((ad, mut second), (bd, mut first)) =
-            (Data::transposed(a, dtype)?, Data::transposed(b, dtype)?);
+        let ((ad, ac), (bd, bc)) = (Data::row_major(a, dtype)?, Data::row_major(b, dtype)?);
         let ((ap, _ar), (bp, _br)) = (ad.ptr(&stream)?, bd.ptr(&stream)?);
-        (second.ptr, first.ptr) = (ap, bp);
         let (cp, _cr) = c.device_ptr_mut(&stream);
+        let p = lt_layout::matmul((m, k, n), ac, bc);
         with_lt(&stream, |lt| {
-            product(
-                lt,
-                types(dtype)?,
-                first,
-                second,
-                (cp, n, m),
-                Epilogue::Nothing,
-            )
-            .map(|_| ())
+            product(lt, types(dtype)?, p, [bp, ap, cp], Epilogue::Nothing).map(|_| ())
         })?;
     } else if m * n > 0 {
         dev.cuda_stream()
@@ -221,17 +196,6 @@ pub fn matmul(a: &CudaIn, b: &CudaIn, dtype: DType) -> Result<(CudaStorage, (usi
             .map_err(candle_core::Error::wrap)?;
     }
     Ok((CudaStorage::wrap_cuda_slice(c, dev.clone()), (m, n)))
-}
-
-/// One operand of a product: `rows × cols` column-major at `ptr` with leading dimension `ld`,
-/// used as stored or transposed.
-#[derive(Clone, Copy)]
-struct Operand {
-    ptr: u64,
-    rows: usize,
-    cols: usize,
-    ld: usize,
-    trans: bool,
 }
 
 /// What a product does besides D = op(A)·op(B).
@@ -245,26 +209,26 @@ enum Epilogue {
     BiasGradA(u64),
 }
 
-/// D (`rows × cols` f32, column-major, leading dimension `rows`, at `d`) = op(A)·op(B) with
-/// `epilogue`, queued on the handle's stream; inputs `ty`, sums `compute`. Ok(false) when
-/// cuBLASLt has no algorithm for it (an epilogue it does not take with these operands).
-#[allow(clippy::too_many_arguments)]
+/// `p`'s D (f32, column-major, leading dimension its rows, at `d`) = op(A)·op(B) with A at
+/// `a` and B at `b`, and `epilogue`, queued on the handle's stream; inputs `ty`, sums
+/// `compute`. Ok(false) when cuBLASLt has no algorithm for it (an epilogue it does not take
+/// with these operands).
 fn product(
     lt: &mut Lt,
     (ty, compute): (sys::cudaDataType, sys::cublasComputeType_t),
-    a: Operand,
-    b: Operand,
-    (d, rows, cols): (u64, usize, usize),
+    p: lt_layout::Product,
+    [a, b, d]: [u64; 3],
     epilogue: Epilogue,
 ) -> Result<bool> {
+    let (pa, pb, (rows, cols)) = (p.a, p.b, p.d);
     use sys::cublasLtEpilogue_t as E;
     use sys::cublasLtMatmulDescAttributes_t as A;
     let desc = result::create_matmul_desc(compute, sys::cudaDataType_t::CUDA_R_32F)
         .map_err(|e| lt_err("descriptor", e))?;
     let desc = Owned(desc, result::destroy_matmul_desc);
     for (attr, t) in [
-        (A::CUBLASLT_MATMUL_DESC_TRANSA, a.trans),
-        (A::CUBLASLT_MATMUL_DESC_TRANSB, b.trans),
+        (A::CUBLASLT_MATMUL_DESC_TRANSA, pa.trans),
+        (A::CUBLASLT_MATMUL_DESC_TRANSB, pb.trans),
     ] {
         set(result::set_matmul_desc_attribute, desc.0, attr, &(t as i32))?;
     }
@@ -293,8 +257,8 @@ fn product(
             &sys::cudaDataType_t::CUDA_R_32F,
         )?;
     }
-    let la = layout(ty, a.rows, a.cols, a.ld)?;
-    let lb = layout(ty, b.rows, b.cols, b.ld)?;
+    let la = layout(ty, pa.rows, pa.cols, pa.ld)?;
+    let lb = layout(ty, pb.rows, pb.cols, pb.ld)?;
     let ld = layout(sys::cudaDataType_t::CUDA_R_32F, rows, cols, rows)?;
     let pref = result::create_matmul_pref().map_err(|e| lt_err("preference", e))?;
     let pref = Owned(pref, result::destroy_matmul_pref);
@@ -307,8 +271,8 @@ fn product(
     )?;
     // The heuristic assumes 256-byte aligned buffers unless told (a view may start anywhere).
     for (attr, p) in [
-        (P::CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, a.ptr),
-        (P::CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, b.ptr),
+        (P::CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, a),
+        (P::CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, b),
         (P::CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, d),
         (P::CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, d),
     ] {
@@ -338,9 +302,9 @@ fn product(
             desc.0,
             &alpha as *const f32 as *const c_void,
             &beta as *const f32 as *const c_void,
-            a.ptr as *const c_void,
+            a as *const c_void,
             la.0,
-            b.ptr as *const c_void,
+            b as *const c_void,
             lb.0,
             d as *const c_void,
             ld.0,
@@ -413,22 +377,9 @@ pub fn linear(
         let ((xp, _xr), (wp, _wr)) = (xd.ptr(&stream)?, wd.ptr(&stream)?);
         let (bp, _br) = bv.device_ptr(&stream);
         let (yp, _yr) = y.device_ptr_mut(&stream);
-        let a = Operand {
-            ptr: wp,
-            rows: n,
-            cols: k,
-            ld: n,
-            trans: false,
-        };
-        let bx = Operand {
-            ptr: xp,
-            rows: k,
-            cols: m,
-            ld: k,
-            trans: false,
-        };
+        let p = lt_layout::linear((m, k, n));
         with_lt(&stream, |lt| {
-            product(lt, types(dtype)?, a, bx, (yp, n, m), Epilogue::Bias(bp)).map(|_| ())
+            product(lt, types(dtype)?, p, [wp, xp, yp], Epilogue::Bias(bp)).map(|_| ())
         })?;
     }
     let casts = match (xd, wd) {
@@ -447,10 +398,11 @@ pub fn linear_grads(
     x: &CudaIn,
     w: &CudaIn,
     dy: &CudaIn,
-    (m, k, n): (usize, usize, usize),
+    mkn: (usize, usize, usize),
     dtype: DType,
     casts: Option<Casts>,
 ) -> Result<CudaStorage> {
+    let (m, k, n) = mkn;
     let dev = x.device();
     let len = m * k + k * n + n;
     if m * n * k == 0 {
@@ -472,41 +424,18 @@ pub fn linear_grads(
         let (dx, dw, db) = (op, op + 4 * (m * k) as u64, op + 4 * (m * k + k * n) as u64);
         let ty = types(dtype)?;
         with_lt(&stream, |lt| {
-            // dxᵀ (k × m) = W (Wᵀ stored n × k, transposed) · dyᵀ (n × m).
-            let a = Operand {
-                ptr: wp,
-                rows: n,
-                cols: k,
-                ld: n,
-                trans: true,
-            };
-            let b = Operand {
-                ptr: dyp,
-                rows: n,
-                cols: m,
-                ld: n,
-                trans: false,
-            };
-            product(lt, ty, a, b, (dx, k, m), Epilogue::Nothing)?;
-            // dWᵀ (n × k) = dyᵀ (n × m) · x (xᵀ stored k × m, transposed), db in the epilogue.
-            let a = Operand {
-                ptr: dyp,
-                rows: n,
-                cols: m,
-                ld: n,
-                trans: false,
-            };
-            let b = Operand {
-                ptr: xp,
-                rows: k,
-                cols: m,
-                ld: k,
-                trans: true,
-            };
-            if product(lt, ty, a, b, (dw, n, k), Epilogue::BiasGradA(db))? {
+            product(
+                lt,
+                ty,
+                lt_layout::linear_dx(mkn),
+                [wp, dyp, dx],
+                Epilogue::Nothing,
+            )?;
+            let p = lt_layout::linear_dw(mkn);
+            if product(lt, ty, p, [dyp, xp, dw], Epilogue::BiasGradA(db))? {
                 return Ok(true);
             }
-            product(lt, ty, a, b, (dw, n, k), Epilogue::Nothing)?;
+            product(lt, ty, p, [dyp, xp, dw], Epilogue::Nothing)?;
             Ok(false)
         })?
     };

@@ -252,7 +252,8 @@ pub(super) fn head_loss_chunked(
         });
         losses.push(loss);
     }
-    let loss = (Tensor::cat(&losses, 0)?.sum_all()? / n as f64)?;
+    // Each row's loss came weighted by g = 1/n: their sum is the mean.
+    let loss = Tensor::cat(&losses, 0)?.sum_all()?;
     let grads = HeadGrads {
         dx: Tensor::cat(&dxs, 0)?,
         dw: dw.expect("at least one chunk"),

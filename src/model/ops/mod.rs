@@ -26,6 +26,8 @@ mod head;
 mod kernel;
 mod layer_norm;
 mod linear;
+#[cfg(any(test, feature = "cuda"))]
+mod lt_layout;
 pub mod reference;
 #[cfg(test)]
 mod tests;
