@@ -103,6 +103,7 @@ const KERNELS: &[&str] = &[
     "src/model/ops/gelu.cu",
     "src/model/ops/attention.cu",
     "src/model/ops/cross_entropy.cu",
+    "src/model/ops/embedding.cu",
 ];
 
 /// The PTX targets: `compute_80` JIT-compiles on any GPU from the A100 on (A100, L40S, H100),

@@ -25,7 +25,7 @@ fn main() -> Result<()> {
         let pos: Vec<u32> = lens.iter().flat_map(|&l| 0..l as u32).collect();
         let pos = Tensor::from_vec(pos, n, &Device::Cpu)?;
         let rows = Tensor::arange(0u32, n as u32, &Device::Cpu)?;
-        let h = model.hidden(&ids, &pos, &lens)?;
+        let h = model.hidden(&Tensor::cat(&[&ids, &pos], 0)?, &lens)?;
         let loss = model.loss(&h, &rows, &ids)?;
         let nodes = loss.sorted_nodes().len();
         println!(

@@ -139,6 +139,7 @@ else
 fi
 
 # 1 (found first, reported second). The binary: never built here.
+lab_given=$lab
 if [ -z "$lab" ]; then
   if [ $dry = 1 ]; then
     lab=$root/target/release/lab
@@ -359,9 +360,10 @@ fi
 # budget: 40 a layer, 20 for the embedding, head, loss and optimizer), counted by the preloaded
 # scripts/bench/launches.c (built with the binary: dist/liblaunches.so; the dry run builds its
 # own, and counts nothing on the CPU) in the small config at two depths, 2 and 4 steps each.
-# The dry run counts the CUDA binary's launches too where this machine has one (dist/lab-cuda,
-# from scripts/build-cuda.sh): it runs over scripts/bench/nocuda.c, a stand-in for the CUDA
-# libraries whose kernels do nothing, so every count is the GPU's and every value zero.
+# The dry run without --lab counts the CUDA binary's launches where this machine has one
+# (dist/lab-cuda, from scripts/build-cuda.sh): it runs over scripts/bench/nocuda.c, a stand-in
+# for the CUDA libraries whose kernels do nothing, so every count is the GPU's and every value
+# zero.
 shim=$root/dist/liblaunches.so
 lab7=$lab dev7=$dev cfg7=${packs[0]} shape7=("${shape[@]}") env7=()
 depths=(4 8)
@@ -370,7 +372,7 @@ if [ $dry = 1 ]; then
   shim=$out/liblaunches.so
   cc -O2 -shared -fPIC -o "$shim" "$root/scripts/bench/launches.c" -ldl -lpthread 2>"$out/s7-cc.log" ||
     fail 7 "$out/s7-cc.log"
-  if [ -x "$root/dist/lab-cuda" ]; then
+  if [ -z "$lab_given" ] && [ -x "$root/dist/lab-cuda" ]; then
     mkdir -p "$out/nocuda"
     cc -O2 -shared -fPIC -Wl,-soname,libcudart.so.13 -Wl,--default-symver \
       -o "$out/nocuda/libnocuda.so" "$root/scripts/bench/nocuda.c" 2>>"$out/s7-cc.log" ||

@@ -17,6 +17,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 typedef int CUresult;
 typedef void* CUfunction;
@@ -86,10 +87,11 @@ __attribute__((destructor)) static void report(void) {
     const char* path = getenv("LAB_LAUNCHES");
     if (!path) return;
     // A process that asked nothing of the GPU (a `timeout` or `time` wrapping the lab, which
-    // inherits the preload and exits after it) leaves the lab's counts as they are.
+    // inherits the preload and exits after it) leaves the lab's counts as they are; one alone
+    // (the lab on a CPU) writes its zeros.
     unsigned long long any = 0;
     for (int c = 0; c < COUNTERS; c++) any += counters[c];
-    if (!any) return;
+    if (!any && access(path, F_OK) == 0) return;
     FILE* out = fopen(path, "w");
     if (!out) {
         fprintf(stderr, "launches: cannot write %s\n", path);

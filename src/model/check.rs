@@ -243,6 +243,26 @@ pub fn check_config(
         &|t| ops::reference::head_cross_entropy(&t[0], &t[1], &targets),
         &head,
     )?);
+    // The embeddings of the packed sequences: ids over the vocabulary, positions 0.. each.
+    let ids: Vec<u32> = (0..n).map(|_| rng.random_range(0..v as u32)).collect();
+    let pos: Vec<u32> = lens.iter().flat_map(|&l| 0..l as u32).collect();
+    let tok = Tensor::new([ids.as_slice(), pos.as_slice()].concat(), &Device::Cpu)?;
+    let (tok_on, ids, pos) = (
+        tok.to_device(device)?,
+        Tensor::new(ids, &Device::Cpu)?,
+        Tensor::new(pos, &Device::Cpu)?,
+    );
+    let tables = [
+        random(rng, &[v, e], 0.1)?,
+        random(rng, &[g.n_positions, e], 0.1)?,
+    ];
+    rows.extend(compare(
+        rng,
+        (name, "embedding", &["wte", "wpe"]),
+        (&|t| ops::embedding(&t[0], &t[1], &tok_on), device),
+        &|t| t[0].embedding(&ids)? + t[1].embedding(&pos)?,
+        &tables,
+    )?);
     if !device.is_cpu() {
         return Ok(rows);
     }

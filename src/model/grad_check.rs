@@ -47,11 +47,10 @@ fn batch(g: &GptConfig, rng: &mut ChaCha8Rng) -> Batch {
 /// The loss and each parameter's gradient (host tensors, in parameter order).
 fn loss_and_grads(m: &Gpt, b: &Batch) -> Result<(f64, Vec<Tensor>)> {
     let d = m.device();
-    let ids = Tensor::new(b.ids.as_slice(), d)?;
-    let pos = Tensor::new(b.pos.as_slice(), d)?;
+    let tok = Tensor::new([b.ids.as_slice(), b.pos.as_slice()].concat(), d)?;
     let rows = Tensor::new(b.rows.as_slice(), d)?;
     let targets = Tensor::new(b.targets.as_slice(), d)?;
-    let h = m.hidden(&ids, &pos, &b.lens)?;
+    let h = m.hidden(&tok, &b.lens)?;
     let loss = m.loss(&h, &rows, &targets)?;
     let grads = loss.backward()?;
     let loss = loss.to_dtype(DType::F64)?.to_scalar::<f64>()?;

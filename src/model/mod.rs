@@ -234,6 +234,14 @@ fn causal_mask(t: usize, past: usize, device: &Device) -> Result<Tensor> {
     Tensor::from_vec(mask, (t, total), device)
 }
 
+/// The tokens a forward embeds: ids then positions in one (2N,) tensor (training and
+/// validation, one upload), or ids and positions apart (decoding, and a pack's offset ids).
+#[derive(Clone, Copy)]
+enum Tokens<'a> {
+    Joined(&'a Tensor),
+    Split(&'a Tensor, &'a Tensor),
+}
+
 /// How the rows of a forward pass form sequences: packed for training, or a dense (B, T)
 /// step after what a KV cache holds, for decoding.
 enum Layout<'a> {
@@ -560,9 +568,9 @@ impl Gpt {
         self.mm(&p, &v)?.transpose(1, 2)?.reshape((b, t, e))
     }
 
-    /// The transformer on token rows (N,) at positions (N,): embeddings, blocks, `ln_f`.
-    fn run(&self, ids: &Tensor, pos: &Tensor, layout: &mut Layout) -> Result<Tensor> {
-        self.run_on(&self.wte, &self.wpe, ids, pos, layout)
+    /// The transformer on `tokens`: embeddings, blocks, `ln_f`.
+    fn run(&self, tokens: Tokens, layout: &mut Layout) -> Result<Tensor> {
+        self.run_on(&self.wte, &self.wpe, tokens, layout)
     }
 
     /// `run` with the token and position tables `wte` and `wpe`: a pack's flattened, run r's
@@ -571,12 +579,23 @@ impl Gpt {
         &self,
         wte: &Tensor,
         wpe: &Tensor,
-        ids: &Tensor,
-        pos: &Tensor,
+        tokens: Tokens,
         layout: &mut Layout,
     ) -> Result<Tensor> {
-        let runs = layout.runs(ids.dim(0)?);
-        let mut x = (wte.embedding(ids)? + wpe.embedding(pos)?)?;
+        let mut x = match tokens {
+            // On CUDA one op each way: the gathers and their add, and both tables' gradients.
+            // The CPU keeps candle's, whose backward adds each row into the head's gradient of
+            // the tied table (a different rounding from adding the rows' sum to it).
+            Tokens::Joined(tok) if self.fused(true) && !wte.device().is_cpu() => {
+                ops::embedding(wte, wpe, tok)?
+            }
+            Tokens::Joined(tok) => {
+                let n = tok.dim(0)? / 2;
+                (wte.embedding(&tok.narrow(0, 0, n)?)? + wpe.embedding(&tok.narrow(0, n, n)?)?)?
+            }
+            Tokens::Split(ids, pos) => (wte.embedding(ids)? + wpe.embedding(pos)?)?,
+        };
+        let runs = layout.runs(x.dim(0)?);
         for (i, blk) in self.h.iter().enumerate() {
             let a = self.layer_norm(&x, &blk.ln_1, &runs)?;
             let qkv = self.linear(&a, &blk.c_attn, &runs)?;
@@ -589,11 +608,12 @@ impl Gpt {
         self.layer_norm(&x, &self.ln_f, &runs)
     }
 
-    /// Hidden states after `ln_f` of packed sequences (training and validation): `ids` and
-    /// `pos` (N,) hold the sequences back to back, `lens` their lengths. Returns (N, E).
-    pub fn hidden(&self, ids: &Tensor, pos: &Tensor, lens: &[usize]) -> Result<Tensor> {
+    /// Hidden states after `ln_f` of packed sequences (training and validation): `tok` (2N,)
+    /// holds their ids back to back, then their positions; `lens` their lengths. Returns
+    /// (N, E).
+    pub fn hidden(&self, tok: &Tensor, lens: &[usize]) -> Result<Tensor> {
         let mut layout = Layout::Packed(Packed::new(lens));
-        self.run(ids, pos, &mut layout)
+        self.run(Tokens::Joined(tok), &mut layout)
     }
 
     /// Hidden states after `ln_f` of a decoding step: ids and positions (B, T) after the
@@ -601,7 +621,8 @@ impl Gpt {
     pub fn hidden_cached(&self, ids: &Tensor, pos: &Tensor, cache: &mut KvCache) -> Result<Tensor> {
         let (b, t) = ids.dims2()?;
         let mut layout = Layout::Cached { b, t, cache };
-        let h = self.run(&ids.flatten_all()?, &pos.flatten_all()?, &mut layout)?;
+        let (ids, pos) = (ids.flatten_all()?, pos.flatten_all()?);
+        let h = self.run(Tokens::Split(&ids, &pos), &mut layout)?;
         cache.advance(t);
         Ok(h)
     }

@@ -8,7 +8,7 @@ use std::collections::HashMap;
 use candle_core::{Device, Result, Tensor, bail};
 
 use super::ops::{self, Runs};
-use super::{Gpt, GptConfig, Kernels, Layout, Packed};
+use super::{Gpt, GptConfig, Kernels, Layout, Packed, Tokens};
 
 /// One run's batch in a pack: its packed sequences and its loss rows, as the trainer builds
 /// them for a run alone (`train::batch::Batch`).
@@ -81,7 +81,7 @@ impl Gpt {
         // into it in the same order, so the sum is the run's alone to the bit.
         let (wte, wpe) = (self.wte.flatten_to(1)?, self.wpe.flatten_to(1)?);
         let (ids, pos) = (Tensor::cat(&ids, 0)?, Tensor::cat(&pos, 0)?);
-        let hidden = self.run_on(&wte, &wpe, &ids, &pos, &mut layout)?;
+        let hidden = self.run_on(&wte, &wpe, Tokens::Split(&ids, &pos), &mut layout)?;
         let sel = hidden.index_select(&Tensor::cat(&rows, 0)?, 0)?;
         let targets = Tensor::cat(&targets, 0)?;
         ops::head_cross_entropy_runs(&sel, &wte, &targets, &Runs::new(loss_runs))
@@ -158,7 +158,9 @@ mod tests {
         let losses = pack.pack_losses(&inputs).unwrap();
         let grads = losses.sum_all().unwrap().backward().unwrap();
         for (r, (m, (ids, pos, lens, rows, targets))) in alone.iter().zip(&batches).enumerate() {
-            let h = m.hidden(ids, pos, lens).unwrap();
+            let h = m
+                .hidden(&Tensor::cat(&[ids, pos], 0).unwrap(), lens)
+                .unwrap();
             let loss = m.loss(&h, rows, targets).unwrap();
             let g = loss.backward().unwrap();
             assert_eq!(bits(&losses.get(r).unwrap()), bits(&loss), "run {r}'s loss");

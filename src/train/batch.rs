@@ -88,9 +88,11 @@ pub fn epoch_parts(
 /// One batch, ready for the model. Sequences are packed back to back, without padding: the
 /// kernels never spend work on padding.
 pub struct Batch {
-    /// (N,) input ids: each sequence without its final `<eos>`.
+    /// (2N,) the input ids, then their positions, uploaded at once: what the model embeds.
+    pub tok: Tensor,
+    /// (N,) input ids: each sequence without its final `<eos>` (a view of `tok`).
     pub ids: Tensor,
-    /// (N,) positions, 0.. within each sequence.
+    /// (N,) positions, 0.. within each sequence (a view of `tok`).
     pub pos: Tensor,
     /// Input length of each sequence.
     pub lens: Vec<usize>,
@@ -132,9 +134,12 @@ pub fn make(seqs: &Sequences, parts: &[Part], dummy: u32, device: &Device) -> Re
         lens.push(len);
     }
     let (tokens, loss_tokens) = (ids.len(), rows.len());
+    ids.extend(pos);
+    let tok = Tensor::from_vec(ids, 2 * tokens, device)?;
     Ok(Batch {
-        ids: Tensor::from_vec(ids, tokens, device)?,
-        pos: Tensor::from_vec(pos, tokens, device)?,
+        ids: tok.narrow(0, 0, tokens)?,
+        pos: tok.narrow(0, tokens, tokens)?,
+        tok,
         t: lens.iter().copied().max().unwrap_or(0),
         lens,
         rows: Tensor::from_vec(rows, loss_tokens, device)?,

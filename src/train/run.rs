@@ -125,7 +125,7 @@ pub fn validation_loss(
         .collect();
     for chunk in parts.chunks(batch_size) {
         let b = batch::make(val, chunk, 0, model.device())?;
-        let h = model.hidden(&b.ids, &b.pos, &b.lens)?;
+        let h = model.hidden(&b.tok, &b.lens)?;
         let l = model.loss(&h, &b.rows, &b.targets)?.to_scalar::<f32>()? as f64;
         total += l * b.loss_tokens as f64;
         n += b.loss_tokens;
@@ -693,7 +693,7 @@ fn accumulate(lp: &Loop, parts: &[Batch]) -> Result<(Tensor, GradStore)> {
 /// (unscaled) loss, an f32 scalar on the device.
 fn step(lp: &Loop, batch: &Batch, weight: Option<f64>) -> Result<(Tensor, GradStore)> {
     let fwd = profile::span("step/forward");
-    let h = lp.model.hidden(&batch.ids, &batch.pos, &batch.lens)?;
+    let h = lp.model.hidden(&batch.tok, &batch.lens)?;
     let loss: Tensor = lp.model.loss(&h, &batch.rows, &batch.targets)?;
     let l = loss.clone();
     drop(fwd);

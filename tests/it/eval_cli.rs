@@ -51,7 +51,9 @@ fn recompute(
         let n = seq.len();
         let ids = Tensor::from_vec(seq.clone(), n, &Device::Cpu).unwrap();
         let pos = Tensor::from_vec((0..n as u32).collect::<Vec<_>>(), n, &Device::Cpu).unwrap();
-        let h = model.hidden(&ids, &pos, &[n]).unwrap();
+        let h = model
+            .hidden(&Tensor::cat(&[&ids, &pos], 0).unwrap(), &[n])
+            .unwrap();
         let logits: Vec<f32> = model
             .logits(&h.narrow(0, n - 1, 1).unwrap())
             .unwrap()

@@ -156,7 +156,9 @@ pub fn close_to_scale(what: &str, a: &Tensor, b: &Tensor, tol: f32, floor: f32) 
 pub fn check_loss_and_grads(f: &Fixture, kernels: Kernels, ids_key: &str, prefix: &str) {
     let m = f.model(kernels);
     let p = pack(f, ids_key);
-    let h = m.hidden(&p.ids, &p.pos, &p.lens).unwrap();
+    let h = m
+        .hidden(&Tensor::cat(&[&p.ids, &p.pos], 0).unwrap(), &p.lens)
+        .unwrap();
     let loss = m.loss(&h, &p.rows, &f.u32s("targets")).unwrap();
     close(
         &format!("{kernels:?} {prefix}loss"),
@@ -185,7 +187,9 @@ fn logits_match_pytorch() {
     for k in [Kernels::Fused, Kernels::Composed] {
         let m = f.model(k);
         let p = pack(&f, "ids");
-        let h = m.hidden(&p.ids, &p.pos, &p.lens).unwrap();
+        let h = m
+            .hidden(&Tensor::cat(&[&p.ids, &p.pos], 0).unwrap(), &p.lens)
+            .unwrap();
         let logits = m.logits(&h).unwrap();
         let v = logits.dim(1).unwrap();
         let slots: Vec<u32> = p.slots.iter().map(|&s| s as u32).collect();
@@ -223,7 +227,9 @@ fn every_parameter_gets_a_nonzero_gradient() {
     for k in [Kernels::Fused, Kernels::Composed] {
         let m = f.model(k);
         let p = pack(&f, "ids");
-        let h = m.hidden(&p.ids, &p.pos, &p.lens).unwrap();
+        let h = m
+            .hidden(&Tensor::cat(&[&p.ids, &p.pos], 0).unwrap(), &p.lens)
+            .unwrap();
         let grads = m
             .loss(&h, &p.rows, &f.u32s("targets"))
             .unwrap()
@@ -268,7 +274,9 @@ fn five_adamw_steps_match_pytorch() {
         let p = pack(&f, "ids");
         let mut got = Vec::new();
         for step in 0..want.len() as u64 {
-            let h = m.hidden(&p.ids, &p.pos, &p.lens).unwrap();
+            let h = m
+                .hidden(&Tensor::cat(&[&p.ids, &p.pos], 0).unwrap(), &p.lens)
+                .unwrap();
             let loss = m.loss(&h, &p.rows, &f.u32s("targets")).unwrap();
             got.push(loss.to_scalar::<f32>().unwrap() as f64);
             let grads = loss.backward().unwrap();

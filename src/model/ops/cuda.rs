@@ -8,7 +8,7 @@ use candle_core::cuda_backend::{CudaDType, WrapErr};
 use candle_core::{CudaDevice, CudaStorage, Layout, Result, bail};
 
 use super::cuda_shape::{
-    ATT_MAX_D, ATT_MAX_T, ATT_THREADS, CE_THREADS, GELU_THREADS, LN_ROWS, LN_THREADS,
+    ATT_MAX_D, ATT_MAX_T, ATT_THREADS, CE_THREADS, EMB_THREADS, GELU_THREADS, LN_ROWS, LN_THREADS,
 };
 
 /// One contiguous input of a kernel on the GPU.
@@ -303,6 +303,66 @@ pub fn cross_entropy(
     Ok(CudaStorage::wrap_cuda_slice(out, dev.clone()))
 }
 
+/// wte[ids] + wpe[pos] (n × e) for `tok` (2n: the ids, then the positions): a thread an
+/// element.
+pub fn embedding(
+    wte: &CudaIn,
+    wpe: &CudaIn,
+    tok: &CudaIn,
+    n: usize,
+    e: usize,
+) -> Result<CudaStorage> {
+    const OP: &str = "lab-embedding";
+    let dev = wte.device();
+    // SAFETY: every element is written below.
+    let mut x = unsafe { dev.alloc::<f32>(n * e) }?;
+    if n * e > 0 {
+        let ptx = crate::device::ptx(dev, OP, &EMBEDDING_PTX)?;
+        let f = dev.get_or_load_custom_func("lab_emb_fwd", OP, ptx)?;
+        let (wv, pv, tv) = (wte.f32(OP)?, wpe.f32(OP)?, tok.u32(OP)?);
+        let (n64, e32) = (n as i64, e as i32);
+        let mut l = f.builder();
+        l.arg(&wv).arg(&pv).arg(&tv).arg(&mut x).arg(&n64).arg(&e32);
+        // SAFETY: x holds n·e values, tok 2n indices into the tables (the lab's own ids).
+        unsafe { l.launch(blocks(n * e, EMB_THREADS as usize)) }.w()?;
+    }
+    Ok(CudaStorage::wrap_cuda_slice(x, dev.clone()))
+}
+
+/// The gradients of wte (`v` values) and wpe (`p`), packed, from dx (n × e): zeroed, then a
+/// thread a column of each table adds the rows in order.
+pub fn embedding_grads(
+    tok: &CudaIn,
+    dx: &CudaIn,
+    (v, p): (usize, usize),
+    e: usize,
+) -> Result<CudaStorage> {
+    const OP: &str = "lab-embedding-bwd";
+    let dev = dx.device();
+    let (tv, dv) = (tok.u32(OP)?, dx.f32(OP)?);
+    let n = tv.len() / 2;
+    if dv.len() != n * e {
+        bail!("{OP}: {} gradients for {n} rows of {e}", dv.len());
+    }
+    let mut out = dev.alloc_zeros::<f32>(v + p)?;
+    if n * e > 0 {
+        let ptx = crate::device::ptx(dev, OP, &EMBEDDING_PTX)?;
+        let f = dev.get_or_load_custom_func("lab_emb_bwd", OP, ptx)?;
+        let (n64, e32) = (n as i64, e as i32);
+        let (mut dwte, mut dwpe) = out.split_at_mut(v);
+        let mut l = f.builder();
+        l.arg(&dv)
+            .arg(&tv)
+            .arg(&mut dwte)
+            .arg(&mut dwpe)
+            .arg(&n64)
+            .arg(&e32);
+        // SAFETY: dx holds n·e values, tok 2n indices into tables of v/e and p/e rows.
+        unsafe { l.launch(blocks(2 * e, EMB_THREADS as usize)) }.w()?;
+    }
+    Ok(CudaStorage::wrap_cuda_slice(out, dev.clone()))
+}
+
 /// Each module's PTX: Hopper's own, and `compute_80`'s for any other GPU from the A100 on.
 static LAYER_NORM_PTX: crate::device::Ptx = crate::device::Ptx {
     sm_90a: include_str!(concat!(env!("OUT_DIR"), "/layer_norm.sm_90a.ptx")),
@@ -315,6 +375,10 @@ static GELU_PTX: crate::device::Ptx = crate::device::Ptx {
 static ATTENTION_PTX: crate::device::Ptx = crate::device::Ptx {
     sm_90a: include_str!(concat!(env!("OUT_DIR"), "/attention.sm_90a.ptx")),
     compute_80: include_str!(concat!(env!("OUT_DIR"), "/attention.compute_80.ptx")),
+};
+static EMBEDDING_PTX: crate::device::Ptx = crate::device::Ptx {
+    sm_90a: include_str!(concat!(env!("OUT_DIR"), "/embedding.sm_90a.ptx")),
+    compute_80: include_str!(concat!(env!("OUT_DIR"), "/embedding.compute_80.ptx")),
 };
 static CROSS_ENTROPY_PTX: crate::device::Ptx = crate::device::Ptx {
     sm_90a: include_str!(concat!(env!("OUT_DIR"), "/cross_entropy.sm_90a.ptx")),

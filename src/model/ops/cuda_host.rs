@@ -7,7 +7,7 @@
 use candle_core::Device;
 
 use super::cuda_shape::{
-    ATT_MAX_D, ATT_MAX_T, ATT_THREADS, CE_THREADS, GELU_THREADS, LN_ROWS, LN_THREADS,
+    ATT_MAX_D, ATT_MAX_T, ATT_THREADS, CE_THREADS, EMB_THREADS, GELU_THREADS, LN_ROWS, LN_THREADS,
 };
 use super::gelu::{lab_gelu_bwd_host, lab_gelu_fwd_host};
 use super::tests::{run, values};
@@ -18,6 +18,7 @@ unsafe extern "C" {
     fn lab_ln_constants(threads: *mut i32, rows: *mut i32);
     fn lab_gelu_threads() -> i32;
     fn lab_ce_threads() -> i32;
+    fn lab_emb_threads() -> i32;
     fn lab_ln_fwd_host(x: *const f32, w: *const f32, b: *const f32, y: *mut f32, rows: i32, c: i32);
     fn lab_ln_bwd_host(
         x: *const f32,
@@ -71,6 +72,7 @@ fn the_launch_shapes_match_the_kernels() {
     assert_eq!((threads as u32, rows as usize), (LN_THREADS, LN_ROWS));
     assert_eq!(unsafe { lab_gelu_threads() } as u32, GELU_THREADS);
     assert_eq!(unsafe { lab_ce_threads() } as u32, CE_THREADS);
+    assert_eq!(unsafe { lab_emb_threads() } as u32, EMB_THREADS);
     let (mut d, mut t) = (0, 0);
     // SAFETY: plain out-parameters.
     unsafe { lab_att_constants(&mut threads, &mut d, &mut t) };

@@ -21,6 +21,7 @@ mod cublaslt;
 mod cuda;
 #[cfg(test)]
 mod cuda_host;
+mod embedding;
 mod gelu;
 mod head;
 mod kernel;
@@ -38,6 +39,7 @@ use kernel::{In, Kernel, apply, apply_no_bwd};
 
 pub use attention::causal_attention;
 pub use cross_entropy::cross_entropy;
+pub use embedding::embedding;
 pub use gelu::gelu;
 pub use head::{head_cross_entropy, head_cross_entropy_runs, head_loss};
 pub use layer_norm::{layer_norm, layer_norm_runs};
@@ -98,7 +100,8 @@ impl Runs {
     }
 }
 
-/// The CUDA kernels' launch shapes, as `layer_norm.cu`, `gelu.cu`, `attention.cu` and `cross_entropy.cu` define them (a host test
+/// The CUDA kernels' launch shapes, as `layer_norm.cu`, `gelu.cu`, `attention.cu`,
+/// `cross_entropy.cu` and `embedding.cu` define them (a host test
 /// holds them equal).
 #[cfg(any(test, feature = "cuda"))]
 mod cuda_shape {
@@ -114,6 +117,8 @@ mod cuda_shape {
     pub const ATT_MAX_T: usize = 1024;
     /// Threads of a cross-entropy block, one block a row.
     pub const CE_THREADS: u32 = 256;
+    /// Threads of an embedding block (one an element forward, a table column backward).
+    pub const EMB_THREADS: u32 = 256;
 }
 
 /// a · b with both cast to `dtype` and the product cast back to f32 (in f32, a · b itself):

@@ -323,3 +323,39 @@ fn a_pack_computes_each_run_as_it_would_alone() {
         }
     }
 }
+
+#[test]
+fn the_embedding_is_candles_embeddings_added_to_the_bit_each_way() {
+    // Repeated ids and positions (their gradients sum over rows), and ids past the positions'
+    // table size.
+    let (wte, wpe) = (values(&[11, 6], 1), values(&[5, 6], 2));
+    let (ids, pos) = ([3u32, 7, 3, 10, 0, 3, 7], [0u32, 1, 2, 0, 1, 2, 4]);
+    let tok = Tensor::new(&[ids.as_slice(), pos.as_slice()].concat()[..], &Device::Cpu).unwrap();
+    let (ids, pos) = (
+        Tensor::new(&ids[..], &Device::Cpu).unwrap(),
+        Tensor::new(&pos[..], &Device::Cpu).unwrap(),
+    );
+    let dx = values(&[7, 6], 3);
+    let grads = |f: &dyn Fn(&Tensor, &Tensor) -> Tensor| {
+        let (a, b) = (
+            Var::from_tensor(&wte).unwrap(),
+            Var::from_tensor(&wpe).unwrap(),
+        );
+        let x = f(a.as_tensor(), b.as_tensor());
+        let g = (&x * &dx).unwrap().sum_all().unwrap().backward().unwrap();
+        let flat = |t: &Tensor| t.flatten_all().unwrap().to_vec1::<f32>().unwrap();
+        let (ga, gb) = (g.get(a.as_tensor()).unwrap(), g.get(b.as_tensor()).unwrap());
+        (flat(&x), flat(ga), flat(gb))
+    };
+    let fused = grads(&|a, b| embedding(a, b, &tok).unwrap());
+    let composed =
+        grads(&|a, b| (a.embedding(&ids).unwrap() + b.embedding(&pos).unwrap()).unwrap());
+    assert_eq!(fused, composed);
+}
+
+#[test]
+fn the_embedding_refuses_an_id_past_its_table() {
+    let tok = Tensor::new(&[11u32, 0], &Device::Cpu).unwrap();
+    let err = embedding(&values(&[11, 6], 1), &values(&[5, 6], 2), &tok).unwrap_err();
+    assert!(err.to_string().contains("id 11 of a table of 11"), "{err}");
+}
