@@ -4,10 +4,11 @@
 // cuBLAS's; this replaces the log-softmax, gather and their backward (no log-probabilities kept).
 //
 //   lab_ce_fwd, lab_ce_bwd   one block a row: the maximum and the sum by fixed-order block
-//                            reductions, then the row's loss (or its gradient, and the loss
-//                            weighted by dloss_r too where `loss` is not null: the head's loss,
-//                            which turns each chunk's logits into their gradient in its forward
-//                            and whose mean is then one sum).
+//                            reductions, then the row's loss, or its gradient: by each row's
+//                            dloss_r, or (dloss null) by one `scale` for every row, and then the
+//                            loss times it too where `loss` is not null (the head's loss, which
+//                            turns each chunk's logits into their gradient in its forward, with
+//                            scale 1/n, so that the mean is one sum).
 //
 // The arithmetic is in the LAB_HD functions, built for the GPU (nvcc, -fmad=false) and for the
 // host (build.rs), which is also the op's CPU version (the CPU model's head fuses its own).
@@ -84,16 +85,17 @@ extern "C" __global__ void __launch_bounds__(LAB_CE_THREADS)
 }
 
 extern "C" __global__ void __launch_bounds__(LAB_CE_THREADS)
-    lab_ce_bwd(const float* x, const unsigned* targets, const float* dloss, float* dx, float* loss,
-               int v) {
+    lab_ce_bwd(const float* x, const unsigned* targets, const float* dloss, float scale, float* dx,
+               float* loss, int v) {
     __shared__ float s[LAB_CE_THREADS];
     long long at = (long long)blockIdx.x * v;
     float m, sum;
     lab_ce_stats(x + at, v, s, &m, &sum);
+    float g = dloss ? dloss[blockIdx.x] : scale;
     if (loss && threadIdx.x == 0)
-        loss[blockIdx.x] = (logf(sum) + m - x[at + targets[blockIdx.x]]) * dloss[blockIdx.x];
-    lab_ce_grad_thread(dx + at, x + at, v, targets[blockIdx.x], m, 1.0f / sum,
-                       dloss[blockIdx.x], threadIdx.x, LAB_CE_THREADS);
+        loss[blockIdx.x] = (logf(sum) + m - x[at + targets[blockIdx.x]]) * g;
+    lab_ce_grad_thread(dx + at, x + at, v, targets[blockIdx.x], m, 1.0f / sum, g, threadIdx.x,
+                       LAB_CE_THREADS);
 }
 
 #else
@@ -124,15 +126,16 @@ void lab_ce_fwd_host(const float* x, const unsigned* targets, float* loss, int n
     }
 }
 
-void lab_ce_bwd_host(const float* x, const unsigned* targets, const float* dloss, float* dx,
-                     float* loss, int n, int v) {
+void lab_ce_bwd_host(const float* x, const unsigned* targets, const float* dloss, float scale,
+                     float* dx, float* loss, int n, int v) {
     for (int r = 0; r < n; r++) {
         long long at = (long long)r * v;
         float m, sum;
         lab_ce_stats_host(x + at, v, &m, &sum);
-        if (loss) loss[r] = (logf(sum) + m - x[at + targets[r]]) * dloss[r];
+        float g = dloss ? dloss[r] : scale;
+        if (loss) loss[r] = (logf(sum) + m - x[at + targets[r]]) * g;
         for (int i = 0; i < LAB_CE_THREADS; i++)
-            lab_ce_grad_thread(dx + at, x + at, v, targets[r], m, 1.0f / sum, dloss[r], i,
+            lab_ce_grad_thread(dx + at, x + at, v, targets[r], m, 1.0f / sum, g, i,
                                LAB_CE_THREADS);
     }
 }

@@ -9,6 +9,7 @@ unsafe extern "C" {
         x: *const f32,
         targets: *const u32,
         dloss: *const f32,
+        scale: f32,
         dx: *mut f32,
         loss: *mut f32,
         n: i32,
@@ -55,52 +56,57 @@ impl Kernel for CrossEntropy {
     fn cuda(&self, xs: &[CudaIn]) -> Result<(candle_core::CudaStorage, Shape)> {
         let n = xs[0].shape().dims2()?.0;
         Ok((
-            cuda::cross_entropy(&xs[0], &xs[1], None, false)?,
+            cuda::cross_entropy(&xs[0], &xs[1], cuda::Ce::Loss)?,
             Shape::from(n),
         ))
     }
 
     fn bwd(&self, xs: &[&Tensor], dy: &Tensor) -> Result<Vec<Option<Tensor>>> {
-        let bwd = CrossEntropyBwd { and_loss: false };
+        let bwd = CrossEntropyBwd { scaled: None };
         let dx = apply_no_bwd(bwd, &[xs[0], xs[1], &dy.contiguous()?])?;
         Ok(vec![Some(dx), None])
     }
 }
 
-/// The logits' gradient from each row's loss gradient: (softmax − one-hot)·dloss; where
-/// `and_loss`, each row's loss weighted by its dloss after it (n·v + n values), from the same
-/// pass over the row.
+/// The logits' gradient from each row's loss gradient dloss (the third input):
+/// (softmax − one-hot)·dloss (n, v). `scaled`: from one loss gradient for every row instead
+/// (two inputs), and each row's loss times it after the gradient (n·v + n values), from the
+/// same pass over the row.
 struct CrossEntropyBwd {
-    and_loss: bool,
+    scaled: Option<f32>,
 }
 
 impl Kernel for CrossEntropyBwd {
     const NAME: &'static str = "lab-cross-entropy-bwd";
 
     fn cpu(&self, xs: &[In]) -> Result<(Vec<f32>, Shape)> {
-        let (x, t, g) = (
-            xs[0].f32::<Self>()?,
-            xs[1].u32::<Self>()?,
-            xs[2].f32::<Self>()?,
-        );
+        let (x, t) = (xs[0].f32::<Self>()?, xs[1].u32::<Self>()?);
         let (n, v) = rows(xs[0].shape(), t, Self::NAME)?;
-        if g.len() != n {
-            bail!("{}: {} loss gradients for {n} rows", Self::NAME, g.len());
-        }
-        let mut out = vec![0f32; n * v + if self.and_loss { n } else { 0 }];
+        let (g, scale) = match self.scaled {
+            Some(s) => (std::ptr::null(), s),
+            None => {
+                let g = xs[2].f32::<Self>()?;
+                if g.len() != n {
+                    bail!("{}: {} loss gradients for {n} rows", Self::NAME, g.len());
+                }
+                (g.as_ptr(), 0.0)
+            }
+        };
+        let mut out = vec![0f32; n * v + if self.scaled.is_some() { n } else { 0 }];
         let (dx, loss) = out.split_at_mut(n * v);
-        let loss = if self.and_loss {
+        let loss = if self.scaled.is_some() {
             loss.as_mut_ptr()
         } else {
             std::ptr::null_mut()
         };
-        // SAFETY: x and dx hold n rows of v, t and g n values, every target below v; loss is
-        // null or holds n values.
+        // SAFETY: x and dx hold n rows of v, t n values, every target below v; g is null or
+        // holds n values, as loss does where it is not null.
         unsafe {
             lab_ce_bwd_host(
                 x.as_ptr(),
                 t.as_ptr(),
-                g.as_ptr(),
+                g,
+                scale,
                 dx.as_mut_ptr(),
                 loss,
                 n as i32,
@@ -113,14 +119,17 @@ impl Kernel for CrossEntropyBwd {
     #[cfg(feature = "cuda")]
     fn cuda(&self, xs: &[CudaIn]) -> Result<(candle_core::CudaStorage, Shape)> {
         let (n, v) = xs[0].shape().dims2()?;
-        let out = cuda::cross_entropy(&xs[0], &xs[1], Some(&xs[2]), self.and_loss)?;
-        Ok((out, self.shape(n, v)))
+        let how = match self.scaled {
+            Some(s) => cuda::Ce::GradAndLoss(s),
+            None => cuda::Ce::Grad(&xs[2]),
+        };
+        Ok((cuda::cross_entropy(&xs[0], &xs[1], how)?, self.shape(n, v)))
     }
 }
 
 impl CrossEntropyBwd {
     fn shape(&self, n: usize, v: usize) -> Shape {
-        if self.and_loss {
+        if self.scaled.is_some() {
             Shape::from(n * v + n)
         } else {
             Shape::from((n, v))
@@ -128,21 +137,17 @@ impl CrossEntropyBwd {
     }
 }
 
-/// The gradient of Σ_r g_r·loss_r with respect to logits (n, v), and each row's g_r·loss_r
-/// (n), in one pass over the logits: what the head's loss needs of a chunk's logits.
+/// The gradient of Σ_r g·loss_r with respect to logits (n, v), and each row's g·loss_r (n),
+/// in one pass over the logits: what the head's loss needs of a chunk's logits.
 pub(super) fn cross_entropy_grad_and_loss(
     logits: &Tensor,
     targets: &Tensor,
-    g: &Tensor,
+    g: f32,
 ) -> Result<(Tensor, Tensor)> {
     let (n, v) = logits.dims2()?;
     let both = apply_no_bwd(
-        CrossEntropyBwd { and_loss: true },
-        &[
-            &logits.contiguous()?,
-            &targets.contiguous()?,
-            &g.contiguous()?,
-        ],
+        CrossEntropyBwd { scaled: Some(g) },
+        &[&logits.contiguous()?, &targets.contiguous()?],
     )?;
     Ok((
         both.narrow(0, 0, n * v)?.reshape((n, v))?,

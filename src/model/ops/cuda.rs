@@ -243,15 +243,19 @@ pub fn attention(
     Ok(CudaStorage::wrap_cuda_slice(out, dev.clone()))
 }
 
-/// Each row's cross-entropy of logits (n, v) against targets (n, u32), or with `dloss` (n)
-/// the logits' gradient (n, v), followed by the losses (n) too where `and_loss`: one block a
-/// row. Targets are the caller's to keep below v.
-pub fn cross_entropy(
-    x: &CudaIn,
-    targets: &CudaIn,
-    dloss: Option<&CudaIn>,
-    and_loss: bool,
-) -> Result<CudaStorage> {
+/// What `cross_entropy` computes of each row.
+pub enum Ce<'a> {
+    /// Its loss (n values).
+    Loss,
+    /// Its logits' gradient by its loss gradient of `dloss` (n × v).
+    Grad(&'a CudaIn<'a>),
+    /// Its logits' gradient by this loss gradient, then its loss times it (n·v + n).
+    GradAndLoss(f32),
+}
+
+/// Cross-entropy of the rows of x (n × v) against their targets, as `how` says: one block a
+/// row.
+pub fn cross_entropy(x: &CudaIn, targets: &CudaIn, how: Ce) -> Result<CudaStorage> {
     const OP: &str = "lab-cross-entropy";
     let dev = x.device();
     let (n, v) = x.shape().dims2()?;
@@ -259,9 +263,10 @@ pub fn cross_entropy(
     if tv.len() != n {
         bail!("{OP}: {} targets for {n} rows", tv.len());
     }
-    let out_len = match dloss {
-        None => n,
-        Some(_) => n * v + if and_loss { n } else { 0 },
+    let out_len = match how {
+        Ce::Loss => n,
+        Ce::Grad(_) => n * v,
+        Ce::GradAndLoss(_) => n * v + n,
     };
     // SAFETY: a block a row writes that row's loss, or every value of its gradient (and its
     // loss).
@@ -271,32 +276,47 @@ pub fn cross_entropy(
     }
     let ptx = crate::device::ptx(dev, OP, &CROSS_ENTROPY_PTX)?;
     let v32 = v as i32;
-    match dloss {
-        None => {
+    // The kernel reads no dloss, and writes no loss, through a null pointer.
+    let null = 0u64;
+    let (gv, scale, bwd);
+    match how {
+        Ce::Loss => {
             let f = dev.get_or_load_custom_func("lab_ce_fwd", OP, ptx)?;
             let mut l = f.builder();
             l.arg(&xv).arg(&tv).arg(&mut out).arg(&v32);
             // SAFETY: x holds n rows of v, targets and the losses n values.
             unsafe { l.launch(grid(n, CE_THREADS)) }.w()?;
         }
-        Some(g) => {
-            let gv = g.f32(OP)?;
+        Ce::Grad(g) => {
+            gv = g.f32(OP)?;
             if gv.len() != n {
                 bail!("{OP}: {} loss gradients for {n} rows", gv.len());
             }
-            let f = dev.get_or_load_custom_func("lab_ce_bwd", OP, ptx)?;
+            (scale, bwd) = (0f32, dev.get_or_load_custom_func("lab_ce_bwd", OP, ptx)?);
+            let mut l = bwd.builder();
+            l.arg(&xv)
+                .arg(&tv)
+                .arg(&gv)
+                .arg(&scale)
+                .arg(&mut out)
+                .arg(&null)
+                .arg(&v32);
+            // SAFETY: x and dx hold n rows of v, targets and dloss n values; no loss written.
+            unsafe { l.launch(grid(n, CE_THREADS)) }.w()?;
+        }
+        Ce::GradAndLoss(s) => {
+            (scale, bwd) = (s, dev.get_or_load_custom_func("lab_ce_bwd", OP, ptx)?);
             let (mut dx, mut loss) = out.split_at_mut(n * v);
-            // The kernel writes no loss through a null pointer.
-            let null = 0u64;
-            let mut l = f.builder();
-            l.arg(&xv).arg(&tv).arg(&gv).arg(&mut dx);
-            if and_loss {
-                l.arg(&mut loss);
-            } else {
-                l.arg(&null);
-            }
-            l.arg(&v32);
-            // SAFETY: x and dx hold n rows of v, targets, dloss (and the losses) n values.
+            let mut l = bwd.builder();
+            l.arg(&xv)
+                .arg(&tv)
+                .arg(&null)
+                .arg(&scale)
+                .arg(&mut dx)
+                .arg(&mut loss)
+                .arg(&v32);
+            // SAFETY: x and dx hold n rows of v, targets and the losses n values; no dloss
+            // read.
             unsafe { l.launch(grid(n, CE_THREADS)) }.w()?;
         }
     }

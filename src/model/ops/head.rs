@@ -229,7 +229,6 @@ pub(super) fn head_loss_chunked(
     let mm = |a: &Tensor, b: &Tensor| matmul_f32(a, b, dtype);
     // Outside the graph: this op's backward is the gradients made here.
     let (h, w) = (x.detach(), wte.detach().to_dtype(dtype)?);
-    let g = Tensor::full(1.0 / n as f32, n, x.device())?;
     let (mut losses, mut dxs, mut dw) = (Vec::new(), Vec::new(), None);
     for at in (0..n).step_by(chunk.max(1)) {
         let rows = chunk.max(1).min(n - at);
@@ -239,7 +238,7 @@ pub(super) fn head_loss_chunked(
         let (dl, loss) = super::cross_entropy::cross_entropy_grad_and_loss(
             &logits,
             &targets.narrow(0, at, rows)?,
-            &g.narrow(0, at, rows)?,
+            1.0 / n as f32,
         )?;
         drop(logits);
         // Cast once for both of its products.
