@@ -67,13 +67,8 @@ print(v[-1] if v else '')" "$work/lab-$cfg-$batch-$k")
             --out "$work/launches-$cfg-$batch-$k-$s" --max-steps $s --kernels $k "${set_batch[@]}" \
             >/dev/null 2>&1
         done
-        launches=$(python3 -c "
-import sys
-def calls(p):
-    c = dict(l.split()[:2] for l in open(p) if not l.startswith('kernel'))
-    return int(c['launches']) + int(c['gemms'])
-print(f'{(calls(sys.argv[2]) - calls(sys.argv[1])) / 2:.0f}')" \
-          "$work/launches-$cfg-$batch-$k-2.txt" "$work/launches-$cfg-$batch-$k-4.txt" 2>/dev/null)
+        launches=$(python3 "$root/scripts/bench/launches.py" --step \
+          "$work/launches-$cfg-$batch-$k-2.txt" "$work/launches-$cfg-$batch-$k-4.txt" 2 2>/dev/null)
       fi
       table+=("| $cfg | $batch | lab $k | $ms | $tps | $pct | ${launches:-n/a} |")
     else

@@ -1,13 +1,15 @@
 """Launches a step, a layer and outside the layers, from scripts/bench/launches.c's counts.
 
     launches.py L1 SHORT1 LONG1 L2 SHORT2 LONG2 STEPS [--kernels N]
+    launches.py --step SHORT LONG STEPS
 
 Two depths L1 < L2 of one model, each run twice: SHORT and LONG are the count files of runs
 STEPS apart (2 and 4 steps: the setup, the checkpoint at the end and anything else done once
 cancels). A step's figure is (long - short) / STEPS; a layer's is the difference of the two
 depths' steps over L2 - L1; what the step does outside the layers (embedding, head, loss and
 optimizer) is the step at L1 less L1 layers. Prints one line (the gpu-check row), then with
---kernels N the N kernels launched most in a step at L1.
+--kernels N the N kernels launched most in a step at L1. With --step, one run's count files
+only: the calls (kernels and cuBLAS products) a step (scripts/bench/gpu.sh's column).
 """
 
 import sys
@@ -33,7 +35,17 @@ def per_step(short, long, steps):
     return counts, kernels
 
 
+def calls(c):
+    return c.get("launches", 0) + c.get("gemms", 0)
+
+
 def main(argv):
+    if argv[:1] == ["--step"]:
+        if len(argv) != 4:
+            sys.exit(__doc__)
+        c, _ = per_step(argv[1], argv[2], int(argv[3]))
+        print(f"{calls(c):.0f}")
+        return
     top = 0
     if "--kernels" in argv:
         i = argv.index("--kernels")
@@ -49,9 +61,6 @@ def main(argv):
     c2, _ = per_step(s2, g2, steps)
     layer = {k: (c2.get(k, 0) - c1.get(k, 0)) / (l2 - l1) for k in c1}
     fixed = {k: c1[k] - l1 * layer[k] for k in c1}
-
-    def calls(c):
-        return c.get("launches", 0) + c.get("gemms", 0)
 
     print(
         f"{calls(c1):.0f} a step at L = {l1} ({c1.get('launches', 0):.0f} kernels, "

@@ -216,6 +216,14 @@ fn the_counter_counts_every_call_and_the_script_splits_steps_and_layers() {
         ),
         "{text}"
     );
+    // One run's calls a step alone (bench/gpu.sh's column): the same 17.
+    let Some(mut py) = python() else { return };
+    let out = py
+        .arg(root().join("scripts/bench/launches.py"))
+        .args(["--step", &files[0], &files[1], "2"])
+        .output()
+        .unwrap();
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "17\n");
     // Most launched first; the setup's kernel, none a step, is left out.
     let rows: Vec<&str> = text.lines().filter(|l| l.starts_with("| `k")).collect();
     assert_eq!(rows.len(), 6, "{text}");

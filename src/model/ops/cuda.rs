@@ -2,8 +2,10 @@
 //! `cross_entropy.cu`): inputs as the
 //! contiguous f32 views of their storage, outputs freshly allocated on the inputs' device.
 
-use candle_core::backend::BackendStorage;
-use candle_core::cuda::cudarc::driver::{CudaView, LaunchConfig, PushKernelArg};
+use candle_core::backend::{BackendDevice, BackendStorage};
+use std::sync::{Arc, Mutex};
+
+use candle_core::cuda::cudarc::driver::{CudaSlice, CudaView, LaunchConfig, PushKernelArg};
 use candle_core::cuda_backend::{CudaDType, WrapErr};
 use candle_core::{CudaDevice, CudaStorage, Layout, Result, bail};
 
@@ -166,6 +168,35 @@ pub fn gelu(x: &CudaIn, dy: Option<&CudaIn>) -> Result<CudaStorage> {
     Ok(CudaStorage::wrap_cuda_slice(y, dev.clone()))
 }
 
+/// The spans last uploaded (each sequence's first row, then each one's length, as i32) on
+/// the device they went to.
+type Uploaded = (Vec<(usize, usize)>, CudaDevice, Arc<CudaSlice<i32>>);
+static SPANS: Mutex<Option<Uploaded>> = Mutex::new(None);
+
+/// `spans` on `dev` as the attention kernels read them (the starts, then the lengths): one
+/// upload while they stay the same, so a step's layers share one each way (a new batch's are
+/// uploaded to a fresh buffer; the old one is freed in stream order after its last reader).
+fn spans_on(dev: &CudaDevice, spans: &[(usize, usize)]) -> Result<Arc<CudaSlice<i32>>> {
+    let mut last = SPANS
+        .lock()
+        .map_err(|_| candle_core::Error::Msg("lab-causal-attention: spans lock".into()))?;
+    if let Some((s, d, buf)) = last.as_ref()
+        && s == spans
+        && d.same_device(dev)
+    {
+        return Ok(buf.clone());
+    }
+    let host: Vec<i32> = (spans.iter().map(|s| s.0 as i32))
+        .chain(spans.iter().map(|s| s.1 as i32))
+        .collect();
+    // SAFETY: written in full by the copy below.
+    let mut buf = unsafe { dev.alloc::<i32>(host.len()) }?;
+    dev.memcpy_htod(&host, &mut buf)?;
+    let buf = Arc::new(buf);
+    *last = Some((spans.to_vec(), dev.clone(), buf.clone()));
+    Ok(buf)
+}
+
 /// Causal attention of packed sequences (`spans`: each one's first row and length) over
 /// q|k|v rows (N, 3E) with `n_head` heads: the output (N, E), or with `dy` (N, E) the gradient
 /// of q|k|v (N, 3E). One block per (sequence, head).
@@ -193,12 +224,9 @@ pub fn attention(
     if spans.is_empty() || n == 0 {
         return Ok(CudaStorage::wrap_cuda_slice(out, dev.clone()));
     }
-    let starts: Vec<i32> = spans.iter().map(|s| s.0 as i32).collect();
-    let lens: Vec<i32> = spans.iter().map(|s| s.1 as i32).collect();
-    let mut d_starts = unsafe { dev.alloc::<i32>(spans.len()) }?;
-    let mut d_lens = unsafe { dev.alloc::<i32>(spans.len()) }?;
-    dev.memcpy_htod(&starts, &mut d_starts)?;
-    dev.memcpy_htod(&lens, &mut d_lens)?;
+    let on_device = spans_on(dev, spans)?;
+    let k = spans.len();
+    let (d_starts, d_lens) = (on_device.slice(0..k), on_device.slice(k..2 * k));
     let ptx = crate::device::ptx(dev, OP, &ATTENTION_PTX)?;
     let qv = qkv.f32(OP)?;
     let (e32, hd32, scale) = (e as i32, hd as i32, 1.0f32 / (hd as f32).sqrt());
