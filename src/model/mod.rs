@@ -646,6 +646,17 @@ impl Gpt {
         }
     }
 
+    /// `loss` where nothing will differentiate it (validation): on CUDA with the lab's kernels
+    /// the head's loss without the gradient products `loss` makes in its forward there; else
+    /// `loss` itself (the CPU's validation bits stay as they are).
+    pub fn loss_value(&self, hidden: &Tensor, rows: &Tensor, targets: &Tensor) -> Result<Tensor> {
+        if self.ops() == Kernels::Composed && self.fused(true) {
+            let sel = hidden.index_select(rows, 0)?;
+            return ops::head_loss_value(&sel, &self.wte, targets, self.matmul_dtype);
+        }
+        self.loss(hidden, rows, targets)
+    }
+
     /// Logits (n, vocab) of selected hidden rows: the head at the positions that decode.
     /// In bf16 the tied weight is cast before it is transposed: the cast of `wte.t()` would be
     /// a strided copy of the whole table every step.

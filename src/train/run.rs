@@ -126,7 +126,9 @@ pub fn validation_loss(
     for chunk in parts.chunks(batch_size) {
         let b = batch::make(val, chunk, 0, model.device())?;
         let h = model.hidden(&b.tok, &b.lens)?;
-        let l = model.loss(&h, &b.rows, &b.targets)?.to_scalar::<f32>()? as f64;
+        let l = model
+            .loss_value(&h, &b.rows, &b.targets)?
+            .to_scalar::<f32>()? as f64;
         total += l * b.loss_tokens as f64;
         n += b.loss_tokens;
     }

@@ -207,6 +207,21 @@ pub fn head_loss(x: &Tensor, wte: &Tensor, targets: &Tensor, dtype: DType) -> Re
     head_loss_chunked(x, wte, targets, dtype, HEAD_CHUNK)
 }
 
+/// The rows of x (n×E) under a head (V×E) with n targets, or an error saying what is amiss.
+fn head_rows(x: &Tensor, wte: &Tensor, targets: &Tensor) -> Result<usize> {
+    let (n, e) = x.dims2()?;
+    let (_, we) = wte.dims2()?;
+    if n == 0 || we != e || targets.elem_count() != n {
+        bail!(
+            "lab-head-loss: rows {:?} of a head {:?} against {} targets",
+            x.dims(),
+            wte.dims(),
+            targets.elem_count()
+        );
+    }
+    Ok(n)
+}
+
 /// `head_loss` with chunks of `chunk` rows.
 pub(super) fn head_loss_chunked(
     x: &Tensor,
@@ -215,17 +230,7 @@ pub(super) fn head_loss_chunked(
     dtype: DType,
     chunk: usize,
 ) -> Result<Tensor> {
-    const OP: &str = "lab-head-loss";
-    let (n, e) = x.dims2()?;
-    let (_, we) = wte.dims2()?;
-    if n == 0 || we != e || targets.elem_count() != n {
-        bail!(
-            "{OP}: rows {:?} of a head {:?} against {} targets",
-            x.dims(),
-            wte.dims(),
-            targets.elem_count()
-        );
-    }
+    let n = head_rows(x, wte, targets)?;
     let mm = |a: &Tensor, b: &Tensor| matmul_f32(a, b, dtype);
     // Outside the graph: this op's backward is the gradients made here.
     let (h, w) = (x.detach(), wte.detach().to_dtype(dtype)?);
@@ -258,6 +263,35 @@ pub(super) fn head_loss_chunked(
         dw: dw.expect("at least one chunk"),
     };
     apply(grads, &[x, wte, &loss])
+}
+
+/// `head_loss` for a loss nothing differentiates (validation): each chunk's logits and their
+/// rows' losses (`ops::cross_entropy`'s kernel), none of the two products a gradient takes.
+pub fn head_loss_value(x: &Tensor, wte: &Tensor, targets: &Tensor, dtype: DType) -> Result<Tensor> {
+    head_loss_value_chunked(x, wte, targets, dtype, HEAD_CHUNK)
+}
+
+/// `head_loss_value` with chunks of `chunk` rows.
+pub(super) fn head_loss_value_chunked(
+    x: &Tensor,
+    wte: &Tensor,
+    targets: &Tensor,
+    dtype: DType,
+    chunk: usize,
+) -> Result<Tensor> {
+    let n = head_rows(x, wte, targets)?;
+    let w = wte.detach().to_dtype(dtype)?;
+    let mut losses = Vec::new();
+    for at in (0..n).step_by(chunk.max(1)) {
+        let rows = chunk.max(1).min(n - at);
+        let hc = x.detach().narrow(0, at, rows)?.to_dtype(dtype)?;
+        let logits = matmul_f32(&hc, &w.t()?, dtype)?;
+        losses.push(super::cross_entropy::cross_entropy(
+            &logits,
+            &targets.narrow(0, at, rows)?,
+        )?);
+    }
+    Tensor::cat(&losses, 0)?.mean_all()
 }
 
 /// The head loss in the graph: its forward passes the loss on, its backward scales the

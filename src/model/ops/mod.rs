@@ -41,7 +41,7 @@ pub use attention::causal_attention;
 pub use cross_entropy::cross_entropy;
 pub use embedding::embedding;
 pub use gelu::gelu;
-pub use head::{head_cross_entropy, head_cross_entropy_runs, head_loss};
+pub use head::{head_cross_entropy, head_cross_entropy_runs, head_loss, head_loss_value};
 pub use layer_norm::{layer_norm, layer_norm_runs};
 pub use linear::{linear, linear_in, linear_runs};
 

@@ -200,6 +200,27 @@ fn head_loss_keeping_no_logits_matches_log_softmax_of_the_logits() {
 }
 
 #[test]
+fn the_head_loss_value_is_the_head_loss_without_its_gradients() {
+    // The validation loss: the same chunks, the same value, nothing to differentiate.
+    let (n, e, v) = (23, 9, 300);
+    let targets: Vec<u32> = (0..n as u32).map(|i| i * 7 % v as u32).collect();
+    let targets = Tensor::from_vec(targets, n, &Device::Cpu).unwrap();
+    let (x, w) = (values(&[n, e], 9), values(&[v, e], 10));
+    let want = reference::head_cross_entropy(&x, &w, &targets).unwrap();
+    for chunk in [7, HEAD_CHUNK] {
+        let got = head::head_loss_value_chunked(&x, &w, &targets, DType::F32, chunk).unwrap();
+        assert_close(
+            &got,
+            &want,
+            1e-5,
+            &format!("head loss value in chunks of {chunk}"),
+        );
+    }
+    let err = head_loss_value(&x, &w, &targets.narrow(0, 0, 2).unwrap(), DType::F32);
+    assert!(err.unwrap_err().to_string().contains("against 2 targets"));
+}
+
+#[test]
 fn head_loss_refuses_targets_that_are_not_one_a_row() {
     let targets = Tensor::from_vec(vec![0u32, 1], 2, &Device::Cpu).unwrap();
     let err = head_loss(
