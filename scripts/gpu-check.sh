@@ -47,8 +47,9 @@
 #      (dist/liblaunches.so, scripts/bench/launches.c); also cuBLAS products, memsets, copies,
 #      allocations and host waits a step, and the 25 kernels launched most
 #      (launches-<kernels>.md). The dry run counts the same with dist/lab-cuda over
-#      scripts/bench/nocuda.c, a stand-in for the CUDA libraries, where it is built (else it
-#      runs tiny on the CPU and counts nothing);
+#      scripts/bench/nocuda.c, a stand-in for the CUDA libraries, where it is built and no
+#      --lab is given (else it runs tiny on the CPU and counts nothing), and runs every CUDA
+#      path of kernel-check and a tiny epoch with the lab's kernels over it: none may error;
 #   8. small runs packed on one GPU: K = 1, 4 and 8 concurrent runs (1 and 2 in the dry run) of
 #      the 1m-L4 and 10m-L6 configs, their summed tokens/s: the GPU study's cost table; on CUDA,
 #      1m-L4 again under an MPS daemon (nvidia-cuda-mps-control) where the machine has one.
@@ -415,6 +416,27 @@ else
   done
 fi
 
+# Where the dry run counted over the stand-in, every CUDA path of kernel-check and a tiny epoch
+# with the lab's kernels run over it too: nothing may error (a launch shape, a kernel's name,
+# a cuBLASLt layout). Every value is the stand-in's zero, so every comparison fails by value.
+if [ ${#env7[@]} -gt 0 ]; then
+  env "${env7[@]}" timeout "$(limit 120)" "$lab7" kernel-check --device cuda --config tiny \
+    --seed 1 >"$out/s7-paths.txt" 2>&1
+  ran=$(grep -c '^| tiny |' "$out/s7-paths.txt" || true)
+  errors=$(grep -c '| error:' "$out/s7-paths.txt" || true)
+  if [ "$ran" -gt 0 ] && [ "$errors" = 0 ] &&
+    env "${env7[@]}" timeout "$(limit 120)" "$lab7" train --config "$root/configs/tiny.toml" \
+      --device cuda --kernels fused --out "$out/s7-epoch" --set train.epochs=1 \
+      >"$out/s7-epoch.log" 2>&1; then
+    row "7 CUDA paths over the stand-in" ok "$ran kernel-check rows ran on cuda, none errored \
+(their values are the stand-in's zeros); a tiny epoch with the lab's kernels trained, validated \
+and evaluated"
+  else
+    fail 7 "$out/s7-epoch.log"
+    grep '| error:' "$out/s7-paths.txt" >&2 || true
+    row "7 CUDA paths over the stand-in" FAILED "$ran kernel-check rows, $errors errored; see above"
+  fi
+fi
 
 # 8. Small runs packed on one device: K at once, their tokens/s summed (each run's own rate,
 # from the end of its first step to its last), and the wall time of the K together. Without
