@@ -362,14 +362,20 @@ fn depth_test(by: &BTreeMap<u64, (f64, Vec<f64>)>, seed: u64) -> String {
     let (d, df, i, e) = findings::contrast(&s, &interior).expect("three depths");
     let min_n = s.values.iter().map(Vec::len).min().unwrap_or(0);
     let v = findings::share_verdict(share, min_n, Some(&d));
-    let ps: Vec<String> = by
-        .keys()
-        .zip(&s.p)
-        .map(|(l, p)| format!("L = {l} {p:.3}"))
-        .collect();
+    // With one run a depth every resample is the runs themselves: the bootstrap's shares are
+    // 1 and 0 whatever the spread, so they are not printed.
+    let ps = if min_n < 2 {
+        "n/a (one run a depth)".to_string()
+    } else {
+        let ps: Vec<String> = by
+            .keys()
+            .zip(&s.p)
+            .map(|(l, p)| format!("L = {l} {p:.3}"))
+            .collect();
+        format!("{}; P(interior) = {share:.3}", ps.join(", "))
+    };
     format!(
-        "  P(best): {}; P(interior) = {share:.3}; C(L = {i}) − C(L = {e}) = {:+.2} [{:+.2}, {:+.2}] (Welch, df {df:.1}): {}\n",
-        ps.join(", "),
+        "  P(best): {ps}; C(L = {i}) − C(L = {e}) = {:+.2} [{:+.2}, {:+.2}] (Welch, df {df:.1}): {}\n",
         d.mean,
         d.lo,
         d.hi,
@@ -537,15 +543,13 @@ mod tests {
         assert_eq!(g3(0.5), "0.5");
     }
 
-    /// A grid of 3 depths × 2 lrs × 3 seeds where lr moves C far more than depth: the variance
-    /// table says so, the tuning loss picks each depth's lr, and L = 2 at its best lr is an
-    /// interior best with its contrast above 0 (reproduced); the 44-token budget is tested too.
-    #[test]
-    fn the_grid_table_splits_variance_and_tests_depth_under_each_selection() {
+    /// The rows of a grid of 3 depths × 2 lrs × `seeds` seeds where lr moves C far more than
+    /// depth, and L = 2 is best by 0.5 at each lr.
+    fn grid_rows(seeds: u64) -> Vec<Row> {
         let mut rows = Vec::new();
         for (l, bump) in [(1u64, 0.0), (2, 0.5), (4, 0.0)] {
             for (lr, base, tune) in [(1e-3, 2.0, 1.5), (3e-3, 6.0, 1.2)] {
-                for seed in 0..3 {
+                for seed in 0..seeds {
                     let c = base + bump + 0.01 * seed as f64;
                     for (epoch, flops) in [(1, 5e11), (2, 1e12)] {
                         let m: BTreeMap<String, String> = [
@@ -571,6 +575,23 @@ mod tests {
                 }
             }
         }
+        rows
+    }
+
+    #[test]
+    fn with_one_seed_a_cell_p_best_is_not_printed_and_the_verdict_is_inconclusive() {
+        let t = grid(&grid_rows(1), "1M");
+        assert!(t.contains("P(best): n/a (one run a depth)"), "{t}");
+        assert!(!t.contains("P(interior)"), "{t}");
+        assert!(t.contains(": inconclusive"), "{t}");
+    }
+
+    /// A grid of 3 depths × 2 lrs × 3 seeds where lr moves C far more than depth: the variance
+    /// table says so, the tuning loss picks each depth's lr, and L = 2 at its best lr is an
+    /// interior best with its contrast above 0 (reproduced); the 44-token budget is tested too.
+    #[test]
+    fn the_grid_table_splits_variance_and_tests_depth_under_each_selection() {
+        let rows = grid_rows(3);
         let t = grid(&rows, "1M");
         assert!(t.contains("L = 2 lr 0.003: C 6.51"), "{t}");
         assert!(
