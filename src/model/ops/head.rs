@@ -222,6 +222,25 @@ fn head_rows(x: &Tensor, wte: &Tensor, targets: &Tensor) -> Result<usize> {
     Ok(n)
 }
 
+/// The chunks of n rows, `chunk` at most each: (first row, rows).
+fn chunks(n: usize, chunk: usize) -> impl Iterator<Item = (usize, usize)> {
+    let c = chunk.max(1);
+    (0..n).step_by(c).map(move |at| (at, c.min(n - at)))
+}
+
+/// Rows `at..at + rows` of x (detached) cast to `dtype`, and their logits (f32) under `w`
+/// (V×E, already in `dtype`): each chunk's start in both head losses.
+fn chunk_logits(
+    x: &Tensor,
+    w: &Tensor,
+    (at, rows): (usize, usize),
+    dtype: DType,
+) -> Result<(Tensor, Tensor)> {
+    let hc = x.detach().narrow(0, at, rows)?.to_dtype(dtype)?;
+    let logits = matmul_f32(&hc, &w.t()?, dtype)?;
+    Ok((hc, logits))
+}
+
 /// `head_loss` with chunks of `chunk` rows.
 pub(super) fn head_loss_chunked(
     x: &Tensor,
@@ -233,13 +252,11 @@ pub(super) fn head_loss_chunked(
     let n = head_rows(x, wte, targets)?;
     let mm = |a: &Tensor, b: &Tensor| matmul_f32(a, b, dtype);
     // Outside the graph: this op's backward is the gradients made here.
-    let (h, w) = (x.detach(), wte.detach().to_dtype(dtype)?);
+    let w = wte.detach().to_dtype(dtype)?;
     let (mut losses, mut dxs, mut dw) = (Vec::new(), Vec::new(), None);
-    for at in (0..n).step_by(chunk.max(1)) {
-        let rows = chunk.max(1).min(n - at);
-        // Cast once for both of its products.
-        let hc = h.narrow(0, at, rows)?.to_dtype(dtype)?;
-        let logits = mm(&hc, &w.t()?)?;
+    for (at, rows) in chunks(n, chunk) {
+        // hc cast once for both of its products.
+        let (hc, logits) = chunk_logits(x, &w, (at, rows), dtype)?;
         let (dl, loss) = super::cross_entropy::cross_entropy_grad_and_loss(
             &logits,
             &targets.narrow(0, at, rows)?,
@@ -282,10 +299,8 @@ pub(super) fn head_loss_value_chunked(
     let n = head_rows(x, wte, targets)?;
     let w = wte.detach().to_dtype(dtype)?;
     let mut losses = Vec::new();
-    for at in (0..n).step_by(chunk.max(1)) {
-        let rows = chunk.max(1).min(n - at);
-        let hc = x.detach().narrow(0, at, rows)?.to_dtype(dtype)?;
-        let logits = matmul_f32(&hc, &w.t()?, dtype)?;
+    for (at, rows) in chunks(n, chunk) {
+        let (_, logits) = chunk_logits(x, &w, (at, rows), dtype)?;
         losses.push(super::cross_entropy::cross_entropy(
             &logits,
             &targets.narrow(0, at, rows)?,

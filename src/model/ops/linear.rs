@@ -17,10 +17,21 @@ struct Linear {
 #[cfg(feature = "cuda")]
 type Kept = std::sync::Mutex<Option<super::cublaslt::Casts>>;
 
-/// What a forward kept, handed to its backward (and no longer held by the forward).
+/// What a forward kept, taken out (and no longer held there).
 #[cfg(feature = "cuda")]
-fn hand_over(k: &Kept) -> Kept {
-    std::sync::Mutex::new(k.lock().ok().and_then(|mut g| g.take()))
+fn take(k: &Kept) -> Option<super::cublaslt::Casts> {
+    k.lock().ok().and_then(|mut g| g.take())
+}
+
+/// The (rows, in, out) of a CUDA layer from its inputs x and W: a run alone (a pack trains
+/// on the CPU), or an error naming `op`.
+#[cfg(feature = "cuda")]
+fn cuda_mkn(runs: &Runs, xs: &[CudaIn], op: &str) -> Result<(usize, usize, usize)> {
+    if runs.len() != 1 {
+        bail!("{op}: a pack trains on the CPU");
+    }
+    let (k, n) = in_out(xs[1].shape())?;
+    Ok((xs[0].shape().elem_count() / k.max(1), k, n))
 }
 
 /// An error unless the products are f32, all the CPU kernels compute.
@@ -86,11 +97,7 @@ impl Kernel for Linear {
 
     #[cfg(feature = "cuda")]
     fn cuda(&self, xs: &[CudaIn]) -> Result<(candle_core::CudaStorage, Shape)> {
-        if self.runs.len() != 1 {
-            bail!("{}: a pack trains on the CPU", Self::NAME);
-        }
-        let (k, n) = in_out(xs[1].shape())?;
-        let m = xs[0].shape().elem_count() / k.max(1);
+        let (m, k, n) = cuda_mkn(&self.runs, xs, Self::NAME)?;
         let (y, casts) = super::cublaslt::linear(&xs[0], &xs[1], &xs[2], (m, k, n), self.dtype)?;
         if let Ok(mut kept) = self.kept.lock() {
             *kept = casts;
@@ -105,7 +112,7 @@ impl Kernel for Linear {
             runs: self.runs.clone(),
             dtype: self.dtype,
             #[cfg(feature = "cuda")]
-            kept: hand_over(&self.kept),
+            kept: std::sync::Mutex::new(take(&self.kept)),
         };
         let packed = apply_no_bwd(bwd, &[xs[0], xs[1], &dy.contiguous()?])?;
         Ok(unpack(&packed, xs)?.into_iter().map(Some).collect())
@@ -197,12 +204,8 @@ impl Kernel for LinearBwd {
 
     #[cfg(feature = "cuda")]
     fn cuda(&self, xs: &[CudaIn]) -> Result<(candle_core::CudaStorage, Shape)> {
-        if self.runs.len() != 1 {
-            bail!("{}: a pack trains on the CPU", Self::NAME);
-        }
-        let (k, n) = in_out(xs[1].shape())?;
-        let m = xs[0].shape().elem_count() / k.max(1);
-        let casts = self.kept.lock().ok().and_then(|mut g| g.take());
+        let (m, k, n) = cuda_mkn(&self.runs, xs, Self::NAME)?;
+        let casts = take(&self.kept);
         let out =
             super::cublaslt::linear_grads(&xs[0], &xs[1], &xs[2], (m, k, n), self.dtype, casts)?;
         Ok((out, Shape::from(m * k + k * n + n)))
