@@ -58,3 +58,15 @@ PROFILE
   cp "$d/lib/nvidia-cuda-toolkit/bin/nvcc" "$kit/bin/"
   rm -rf "$kit/deb"
 }
+
+# nocuda DIR: scripts/bench/nocuda.c, the stand-in for the CUDA libraries, built into DIR under
+# every name the CUDA binary asks for, so that LD_LIBRARY_PATH=DIR dist/lab-cuda runs without a
+# GPU. Compiler errors go to standard error.
+nocuda() {
+  mkdir -p "$1"
+  cc -O2 -shared -fPIC -Wl,-soname,libcudart.so.13 -Wl,--default-symver \
+    -o "$1/libnocuda.so" scripts/bench/nocuda.c || return 1
+  for n in libcuda.so.1 libcudart.so.13 libcublas.so.13 libcublasLt.so.13 libcurand.so.10; do
+    ln -sf libnocuda.so "$1/$n"
+  done
+}

@@ -1,15 +1,22 @@
 // A machine with no GPU standing in for one, for the CUDA binary's control path: libcuda,
 // libcudart, libcublas, libcublasLt and libcurand in one library whose "device" memory is host
-// memory (allocations zeroed, copies and memsets done), whose kernels and products do nothing,
-// and whose module loads keep the PTX so that a kernel looked up by a name the PTX lacks fails
-// as it would on a GPU. Every value the lab reads back is therefore zero: it checks what runs,
-// not what it computes. With scripts/bench/launches.c preloaded on top it counts the launches
-// of a step here (scripts/bench/launches-dry.sh) without spending device time.
+// memory, whose kernels and products do nothing, and whose module loads keep the PTX so that
+// a kernel looked up by a name the PTX lacks fails as it would on a GPU. Memory costs the host
+// what a GPU's costs it: a freed block is kept for the next allocation of its class (powers of
+// two), as the GPU's stream-ordered pool keeps it, and copies and memsets of more than SMALL
+// bytes are not done (on a GPU they are the device's work). So the wall time of a step over it
+// is the host's own time (the lab's, candle's and these calls'), the floor of a step on a GPU
+// without CUDA graphs. Values up to SMALL bytes are kept (the host's scalar reads, the tests'
+// round trips) and every allocation reads as zero until written, so what the lab reads back is
+// zero or what it wrote: it checks what runs, not what it computes. With
+// scripts/bench/launches.c preloaded on top it counts the launches of a step here without
+// spending device time (scripts/gpu-check.sh --dry-run).
 //
 //   gcc -O2 -shared -fPIC -Wl,-soname,libcudart.so.13 -Wl,--default-symver
 //       -o DIR/libnocuda.so scripts/bench/nocuda.c         (the binary asks for cudart's version)
 //   for n in libcuda.so.1 libcudart.so.13 libcublas.so.13 libcublasLt.so.13 libcurand.so.10;
 //   do ln -s libnocuda.so DIR/$n; done; LD_LIBRARY_PATH=DIR dist/lab-cuda ...
+#include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -98,20 +105,49 @@ CUresult cuGetErrorString(CUresult r, const char** s) {
     return OK;
 }
 
+// Device memory: blocks in classes of powers of two, each behind a header of its class and,
+// once freed, the next free block of the class. A block is zeroed when it is made and written
+// only by copies and memsets of at most SMALL bytes, which a reused one of at most SMALL bytes
+// (where the host's scalar reads land) has undone.
+#define HEADER 64
+#define CLASSES 64
+#define SMALL 4096
+typedef struct Block {
+    size_t class;
+    struct Block* next;
+} Block;
+static Block* pool[CLASSES];
+static pthread_mutex_t pool_lock = PTHREAD_MUTEX_INITIALIZER;
+
 CUresult cuMemAlloc_v2(CUdeviceptr* d, size_t n) {
-    void* p = zeroed(n);
-    if (!p) return OUT_OF_MEMORY;
-    *d = (CUdeviceptr)(uintptr_t)p;
+    size_t c = 0;
+    while (((size_t)1 << c) < n) c++;
+    pthread_mutex_lock(&pool_lock);
+    Block* b = pool[c];
+    if (b) pool[c] = b->next;
+    pthread_mutex_unlock(&pool_lock);
+    if (b) {
+        if (n <= SMALL) memset((char*)b + HEADER, 0, n);
+    } else {
+        b = zeroed(HEADER + ((size_t)1 << c));
+        if (!b) return OUT_OF_MEMORY;
+        b->class = c;
+    }
+    *d = (CUdeviceptr)(uintptr_t)((char*)b + HEADER);
     return OK;
 }
 CUresult cuMemAllocAsync(CUdeviceptr* d, size_t n, CUstream s) { return cuMemAlloc_v2(d, n); }
 CUresult cuMemFree_v2(CUdeviceptr d) {
-    free((void*)(uintptr_t)d);
+    Block* b = (Block*)((char*)(uintptr_t)d - HEADER);
+    pthread_mutex_lock(&pool_lock);
+    b->next = pool[b->class];
+    pool[b->class] = b;
+    pthread_mutex_unlock(&pool_lock);
     return OK;
 }
 CUresult cuMemFreeAsync(CUdeviceptr d, CUstream s) { return cuMemFree_v2(d); }
 CUresult cuMemcpyHtoDAsync_v2(CUdeviceptr d, const void* h, size_t n, CUstream s) {
-    memmove((void*)(uintptr_t)d, h, n);
+    if (n <= SMALL) memmove((void*)(uintptr_t)d, h, n);
     return OK;
 }
 CUresult cuMemcpyDtoHAsync_v2(void* h, CUdeviceptr d, size_t n, CUstream s) {
@@ -119,7 +155,7 @@ CUresult cuMemcpyDtoHAsync_v2(void* h, CUdeviceptr d, size_t n, CUstream s) {
     return OK;
 }
 CUresult cuMemcpyDtoDAsync_v2(CUdeviceptr d, CUdeviceptr src, size_t n, CUstream s) {
-    memmove((void*)(uintptr_t)d, (const void*)(uintptr_t)src, n);
+    if (n <= SMALL) memmove((void*)(uintptr_t)d, (const void*)(uintptr_t)src, n);
     return OK;
 }
 CUresult cuMemcpyPeerAsync(CUdeviceptr d, void* dc, CUdeviceptr src, void* sc, size_t n,
@@ -127,16 +163,19 @@ CUresult cuMemcpyPeerAsync(CUdeviceptr d, void* dc, CUdeviceptr src, void* sc, s
     return cuMemcpyDtoDAsync_v2(d, src, n, s);
 }
 CUresult cuMemsetD8Async(CUdeviceptr d, unsigned char v, size_t n, CUstream s) {
-    memset((void*)(uintptr_t)d, v, n);
+    if (n <= SMALL) memset((void*)(uintptr_t)d, v, n);
     return OK;
 }
 
-// Modules keep their PTX text; a function is its name.
-struct module {
-    char* ptx;
-};
+// Modules keep their PTX text and the functions looked up in it; a function is its name, the
+// same handle for the same name (as a GPU's).
 struct function {
     char name[160];
+    struct function* next;
+};
+struct module {
+    char* ptx;
+    struct function* functions;
 };
 CUresult cuModuleLoadData(void** m, const void* image) {
     struct module* mod = zeroed(sizeof *mod);
@@ -172,9 +211,19 @@ static int declares(const char* ptx, const char* name) {
 }
 CUresult cuModuleGetFunction(void** f, void* m, const char* name) {
     struct module* mod = m;
-    if (!declares(mod->ptx, name)) return NOT_FOUND;
-    struct function* fun = zeroed(sizeof *fun);
-    snprintf(fun->name, sizeof fun->name, "%s", name);
+    pthread_mutex_lock(&pool_lock);
+    struct function* fun = mod->functions;
+    while (fun && strcmp(fun->name, name)) fun = fun->next;
+    pthread_mutex_unlock(&pool_lock);
+    if (!fun) {
+        if (!declares(mod->ptx, name)) return NOT_FOUND;
+        fun = zeroed(sizeof *fun);
+        snprintf(fun->name, sizeof fun->name, "%s", name);
+        pthread_mutex_lock(&pool_lock);
+        fun->next = mod->functions;
+        mod->functions = fun;
+        pthread_mutex_unlock(&pool_lock);
+    }
     *f = fun;
     return OK;
 }

@@ -232,14 +232,16 @@ fn the_counter_counts_every_call_and_the_script_splits_steps_and_layers() {
 }
 
 /// A program of the CUDA binary's calls against `scripts/bench/nocuda.c`: memory round-trips,
-/// a module's kernels are found by the names its PTX declares and by no other, a launch of
-/// more threads than a block holds fails, and cuBLASLt's heuristic offers an algorithm. The
-/// exit status is the number of the first check that failed.
+/// a freed block is reused for the next allocation of its class (a small one zeroed), a
+/// module's kernels are found by the names its PTX declares and by no other (the same handle
+/// each time), a launch of more threads than a block holds fails, and cuBLASLt's heuristic
+/// offers an algorithm. The exit status is the number of the first check that failed.
 const NOCUDA_PROG: &str = r#"
 #include <string.h>
 typedef unsigned long long P;
 int cuInit(unsigned);
 int cuMemAlloc_v2(P*, size_t);
+int cuMemFree_v2(P);
 int cuMemcpyHtoDAsync_v2(P, const void*, size_t, void*);
 int cuMemcpyDtoHAsync_v2(void*, P, size_t, void*);
 int cuMemsetD8Async(P, unsigned char, size_t, void*);
@@ -258,7 +260,12 @@ int main(void) {
     if (cuMemcpyDtoHAsync_v2(out, d, 6, 0) || strcmp(in, out)) return 3;
     if (cuMemsetD8Async(d, 'z', 2, 0) || cuMemcpyDtoHAsync_v2(out, d, 6, 0)) return 4;
     if (strcmp(out, "zzcde")) return 5;
-    void *m, *f;
+    P again, big, big2;
+    if (cuMemFree_v2(d) || cuMemAlloc_v2(&again, 5) || again != d) return 13;
+    if (cuMemcpyDtoHAsync_v2(out, again, 6, 0) || memcmp(out, "\0\0\0\0\0\0", 6)) return 14;
+    if (cuMemAlloc_v2(&big, 1 << 20) || cuMemFree_v2(big)) return 15;
+    if (cuMemAlloc_v2(&big2, (1 << 20) - 100) || big2 != big) return 16;
+    void *m, *f, *f2;
     const char* ptx = ".visible .entry lab_ln_fwd(\n.param .u64 x\n)\n"
                       ".visible .entry lab_ln_fwd_rows(\n)\n";
     if (cuModuleLoadData(&m, ptx)) return 6;
@@ -266,6 +273,7 @@ int main(void) {
     if (cuModuleGetFunction(&f, m, "lab_ln_fwd")) return 8;
     const char* name;
     if (cuFuncGetName(&name, f) || strcmp(name, "lab_ln_fwd")) return 9;
+    if (cuModuleGetFunction(&f2, m, "lab_ln_fwd") || f2 != f) return 17;
     if (cuLaunchKernel(f, 4, 1, 1, 128, 1, 1, 0, 0, 0, 0)) return 10;
     if (!cuLaunchKernel(f, 4, 1, 1, 2048, 1, 1, 0, 0, 0, 0)) return 11;
     char heur[96];
@@ -277,7 +285,7 @@ int main(void) {
 "#;
 
 #[test]
-fn the_stand_in_for_the_cuda_libraries_keeps_memory_and_finds_only_declared_kernels() {
+fn the_stand_in_for_the_cuda_libraries_keeps_memory_pools_it_and_finds_only_declared_kernels() {
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path();
     let src = root().join("scripts/bench/nocuda.c");
