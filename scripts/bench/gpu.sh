@@ -10,7 +10,9 @@
 # 100m-L8 at 1,600 sequences (about 33k tokens). Columns: ms a step, tokens/s, MFU (the lab's
 # FLOP count, which PyTorch's runs share: same model, same tokens) and CUDA kernels a step
 # (PyTorch: torch.profiler over one step; the lab: kernels and cuBLAS products of steps 3 and 4
-# under the launch counter dist/liblaunches.so, which scripts/build-cuda.sh builds).
+# under the launch counter dist/liblaunches.so, which scripts/build-cuda.sh builds). Then the
+# GPU study's cost in GPU-hours: each bucket's training FLOPs (results/gpu/study-flops.csv) at
+# its config's fastest lab row at the paper's batch, one run a GPU (scripts/bench/study_cost.py).
 #
 #   scripts/bench/gpu.sh [--lab BIN]     on a GPU machine, after scripts/gpu-check.sh or alone;
 #                                        default BIN dist/lab-cuda; the table goes to
@@ -32,6 +34,7 @@ steps=50 warm=10
 table=("| model | batch | runner | ms a step | tokens/s | MFU | kernels a step |"
   "| --- | --- | --- | --- | --- | --- | --- |")
 py=python3
+declare -A rates
 
 # The issue's targets first (100m-L8 at the paper's batch, 1m-L4 alone, 100m-L8 at 32k tokens),
 # so that a budget cut short still measures them; BENCH_ROWS="CONFIG:BATCH ..." picks others.
@@ -57,6 +60,13 @@ print(v[-1] if v else '')" "$work/lab-$cfg-$batch-$k")
       tok=$(grep -oE '[0-9]+ tokens,' "$log" | sed -E 's/ tokens,//')
       [ -z "$lab_tps" ] && { lab_tps=$tps; lab_mfu=$mfu; }
       ms=$(python3 -c "import sys; t, n, tps = map(float, sys.argv[1:]); print(f'{1000 * t / n / tps:.2f}')" "$tok" "$n" "$tps" 2>/dev/null || echo '?')
+      # FLOP/s: the run's FLOPs over its time (its tokens at its rate); the fastest kernel set
+      # at the paper's batch prices the config's bucket in the study's cost below.
+      flops=$(grep -oE '[0-9.e+]+ FLOPs in all' "$log" | cut -d' ' -f1)
+      rate=$(python3 -c "import sys; f, t, tps = map(float, sys.argv[1:]); print(f * tps / t)" "$flops" "$tok" "$tps" 2>/dev/null)
+      if [ "$batch" = 64 ] && [ -n "$rate" ]; then
+        rates[$cfg]=$(python3 -c "import sys; print(max(float(x) for x in sys.argv[1:] if x))" "$rate" "${rates[$cfg]:-}")
+      fi
       pct=$(python3 -c "import sys; print(f'{100 * float(sys.argv[1]):.1f}%' if sys.argv[1] else '?')" "$mfu")
       launches=""
       if [ -f "$root/dist/liblaunches.so" ]; then
@@ -104,4 +114,9 @@ done
 {
   echo "bench-gpu on $(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -n 1), $(date -u +%F): $steps steps, the first $warm not timed (torch); bf16"
   printf '%s\n' "${table[@]}"
+  echo
+  echo "The GPU study's cost at these rates (scripts/bench/study_cost.py):"
+  args=()
+  for c in "${!rates[@]}"; do args+=("$c=${rates[$c]}"); done
+  python3 "$root/scripts/bench/study_cost.py" "$root/results/gpu/study-flops.csv" "${args[@]}"
 } | tee "$work/../bench-gpu.md"

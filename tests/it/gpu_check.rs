@@ -1,11 +1,12 @@
 //! `scripts/gpu-check.sh`, the one-shot check for the first GPU, runs its CPU dry run (the same
 //! steps, tiny shapes, `--device cpu`, the backward comparing composed with fused kernels) to
-//! the end with every step passing, reports a failing step without stopping, and never builds.
+//! the end with every step passing, reports a failing step without stopping, and never builds;
+//! and `scripts/bench/study_cost.py`, which prices the GPU study at the rates the bench measures.
 
 use std::path::Path;
 use std::process::Command;
 
-use crate::util::root;
+use crate::util::{python, root};
 
 /// The dry run with `--lab LAB`, and `$OUT` set to `out` when given.
 fn gpu_check(lab: &str, out: Option<&Path>) -> (i32, String, String) {
@@ -141,4 +142,49 @@ fn failing_steps_are_reported_counted_and_passed_over() {
         stderr.contains("step 4 FAILED") && stderr.contains("no bf16 here"),
         "{stderr}"
     );
+}
+
+/// study_cost.py at the rates of results/gpu/2026-12-04.md gives that record's hand-made
+/// figures (44, 67 and 143 GPU-hours, about 250 in all); a bucket not measured gets no total;
+/// a rate that is not a positive number is refused with one line.
+#[test]
+fn the_study_cost_prices_each_bucket_at_its_configs_rate() {
+    let run = |rates: &[&str]| {
+        let mut py = python()?;
+        let out = py
+            .arg(root().join("scripts/bench/study_cost.py"))
+            .arg(root().join("results/gpu/study-flops.csv"))
+            .args(rates)
+            .output()
+            .unwrap();
+        Some((
+            out.status.success(),
+            String::from_utf8_lossy(&out.stdout).to_string(),
+            String::from_utf8_lossy(&out.stderr).to_string(),
+        ))
+    };
+    let Some((ok, text, err)) = run(&["1m-L4=8.7e11", "10m-L6=3.0e12", "100m-L8=1.09e13"]) else {
+        return;
+    };
+    assert!(ok, "{err}");
+    for line in [
+        "| 1M | 1.39e+17 | 1m-L4 | 8.7e+11 | 44.4 |",
+        "| 10M | 7.19e+17 | 10m-L6 | 3e+12 | 66.6 |",
+        "| 100M | 5.59e+18 | 100m-L8 | 1.09e+13 | 142.5 |",
+        "the study: 253.4 GPU-hours, one run a GPU",
+    ] {
+        assert!(text.lines().any(|l| l == line), "{line}:\n{text}");
+    }
+    let (ok, text, _) = run(&["1m-L4=8.7e11"]).unwrap();
+    assert!(ok);
+    assert!(
+        text.contains("| 10M | 7.19e+17 | 10m-L6 | not measured | |"),
+        "{text}"
+    );
+    assert!(text.contains("the study: no total"), "{text}");
+    for bad in ["1m-L4=fast", "1m-L4=0", "1m-L4"] {
+        let (ok, _, err) = run(&[bad]).unwrap();
+        assert!(!ok, "{bad} accepted");
+        assert_eq!(err.trim().lines().count(), 1, "{bad}: {err}");
+    }
 }
