@@ -7,8 +7,9 @@
 // bytes are not done (on a GPU they are the device's work). So the wall time of a step over it
 // is the host's own time (the lab's, candle's and these calls'), the floor of a step on a GPU
 // without CUDA graphs. Values up to SMALL bytes are kept (the host's scalar reads, the tests'
-// round trips) and every allocation reads as zero until written, so what the lab reads back is
-// zero or what it wrote: it checks what runs, not what it computes. With
+// round trips) and an allocation of at most SMALL bytes reads as zero until written (a larger
+// one as zero or as what a small write left in it), so what the lab reads back is zero or
+// something it wrote: it checks what runs, not what it computes. With
 // scripts/bench/launches.c preloaded on top it counts the launches of a step here without
 // spending device time (scripts/gpu-check.sh --dry-run).
 //
@@ -117,15 +118,16 @@ typedef struct Block {
     struct Block* next;
 } Block;
 static Block* pool[CLASSES];
-static pthread_mutex_t pool_lock = PTHREAD_MUTEX_INITIALIZER;
+// Guards the pool and the modules' lists of functions.
+static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
 
 CUresult cuMemAlloc_v2(CUdeviceptr* d, size_t n) {
     size_t c = 0;
     while (((size_t)1 << c) < n) c++;
-    pthread_mutex_lock(&pool_lock);
+    pthread_mutex_lock(&lock);
     Block* b = pool[c];
     if (b) pool[c] = b->next;
-    pthread_mutex_unlock(&pool_lock);
+    pthread_mutex_unlock(&lock);
     if (b) {
         if (n <= SMALL) memset((char*)b + HEADER, 0, n);
     } else {
@@ -139,10 +141,10 @@ CUresult cuMemAlloc_v2(CUdeviceptr* d, size_t n) {
 CUresult cuMemAllocAsync(CUdeviceptr* d, size_t n, CUstream s) { return cuMemAlloc_v2(d, n); }
 CUresult cuMemFree_v2(CUdeviceptr d) {
     Block* b = (Block*)((char*)(uintptr_t)d - HEADER);
-    pthread_mutex_lock(&pool_lock);
+    pthread_mutex_lock(&lock);
     b->next = pool[b->class];
     pool[b->class] = b;
-    pthread_mutex_unlock(&pool_lock);
+    pthread_mutex_unlock(&lock);
     return OK;
 }
 CUresult cuMemFreeAsync(CUdeviceptr d, CUstream s) { return cuMemFree_v2(d); }
@@ -211,18 +213,18 @@ static int declares(const char* ptx, const char* name) {
 }
 CUresult cuModuleGetFunction(void** f, void* m, const char* name) {
     struct module* mod = m;
-    pthread_mutex_lock(&pool_lock);
+    pthread_mutex_lock(&lock);
     struct function* fun = mod->functions;
     while (fun && strcmp(fun->name, name)) fun = fun->next;
-    pthread_mutex_unlock(&pool_lock);
+    pthread_mutex_unlock(&lock);
     if (!fun) {
         if (!declares(mod->ptx, name)) return NOT_FOUND;
         fun = zeroed(sizeof *fun);
         snprintf(fun->name, sizeof fun->name, "%s", name);
-        pthread_mutex_lock(&pool_lock);
+        pthread_mutex_lock(&lock);
         fun->next = mod->functions;
         mod->functions = fun;
-        pthread_mutex_unlock(&pool_lock);
+        pthread_mutex_unlock(&lock);
     }
     *f = fun;
     return OK;
