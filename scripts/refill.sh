@@ -38,6 +38,26 @@ if [ -n "${REFILL_TRAIN_AT:-}" ]; then
     ats+=("$at")
   done
 fi
+# same_val_loss NEW COMMITTED: exit 0 when every epoch whose validation loss both metrics files
+# hold has the same one, 1 when one differs, 2 when they share none yet.
+same_val_loss() {
+  python3 - "$1" "$2" <<'EOF'
+import json, sys
+def losses(path):
+    out = {}
+    for line in open(path):
+        try:
+            m = json.loads(line)
+        except ValueError:
+            continue  # a line being written
+        if "val/loss" in m:
+            out[m["epoch"]] = m["val/loss"]
+    return out
+new, kept = losses(sys.argv[1]), losses(sys.argv[2])
+both = [e for e in new if e in kept]
+sys.exit(2 if not both else 0 if all(new[e] == kept[e] for e in both) else 1)
+EOF
+}
 trainer_of() { if [ -z "$1" ]; then echo "$lab"; else echo "$PWD/target/refill/target-$1/release/lab"; fi; }
 figure=${REFILL_FIGURE:-tune/creativity}
 last=${ats[0]}
@@ -60,7 +80,23 @@ for prefix in "$@"; do
         echo "train $run ${at:+at $at }$resume"
         mkdir -p "$(dirname "$out")"
         RAYON_NUM_THREADS=${REFILL_THREADS:-1} "$trainer" train --device cpu --config "$dir/config.toml" \
-          --out "$out" $resume > "$out.log" 2>&1 || { echo "FAILED $run (see $out.log)" >&2; exit 1; }
+          --out "$out" $resume > "$out.log" 2>&1 &
+        pid=$!
+        # Other code shows at the first validation loss the committed run also kept: it is
+        # stopped there (a quarter of the run, at 4 evaluations) instead of at the end.
+        other=0
+        while kill -0 "$pid" 2>/dev/null; do
+          same=2
+          [ -f "$out/metrics.jsonl" ] && { same_val_loss "$out/metrics.jsonl" "$dir/metrics.jsonl" && same=0 || same=$?; }
+          [ $same = 0 ] && break
+          [ $same = 1 ] && { kill "$pid"; wait "$pid" 2>/dev/null || true; other=1; break; }
+          sleep 15
+        done
+        if [ $other = 1 ]; then
+          echo "$run: not trained by ${at:-the current code} (its first kept validation loss differs)" >&2
+          continue
+        fi
+        wait "$pid" || { echo "FAILED $run (see $out.log)" >&2; exit 1; }
       fi
       if [ -n "$at" ]; then
         for epoch in $(grep '"val/loss"' "$out/metrics.jsonl" | sed -n 's/.*"epoch":\([0-9]*\).*/\1/p'); do
