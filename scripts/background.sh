@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Issue 52's long CPU work, continued by one command in a new session: the 1M depth × lr grid
 # (sweeps/grid-1m.toml, one thread, nice 10) and the refill of the fair study's tuning runs
-# (its 100k runs at the commits that trained them, e6cab38 and 2662bcb, then its 1M runs at
-# 9e61d45, whose code reproduced them bit for bit on 2026-12-04; nice 5). Each job commits its
+# (its 100k runs at the commits that trained them, 2662bcb (L = 4, 8) and e6cab38, then its 1M
+# runs at 9e61d45, whose code reproduced them bit for bit on 2026-12-04; nice 5). Each job commits its
 # results as they land and logs to checkpoints/*.nohup; one already running is left alone.
 #
 #   scripts/background.sh [start]    start whichever job is not running
@@ -29,7 +29,7 @@ case ${1:-start} in
       echo "grid: started (checkpoints/grid-1m.nohup, checkpoints/study-grid-1m.log)"
     fi
     if running "$refill"; then echo "refill: running"; else
-      nohup nice -n 5 bash -c "REFILL_TRAIN_AT='e6cab38 2662bcb' bash $refill fair-cpu-tune-100k- ;
+      nohup nice -n 5 bash -c "REFILL_TRAIN_AT='2662bcb e6cab38' bash $refill fair-cpu-tune-100k- ;
         REFILL_TRAIN_AT='9e61d45 e6cab38' bash $refill fair-cpu-tune-1m-" \
         >>checkpoints/refill.nohup 2>&1 &
       echo "refill: started (checkpoints/refill.nohup)"
