@@ -3,7 +3,8 @@
 # (sweeps/grid-1m.toml, one thread, nice 10) and the refill of the fair study's tuning runs
 # (its 100k runs at the commits that trained them, 2662bcb (L = 4, 8) and e6cab38, then its 1M
 # runs at 9e61d45, whose code reproduced them bit for bit on 2026-12-04; nice 5). Each job
-# commits its results as they land and logs to checkpoints/*.nohup; one already running is left alone.
+# commits its results as they land and logs to checkpoints/*.nohup; one already running is left
+# alone.
 #
 #   scripts/background.sh [start]    start whichever job is not running
 #   scripts/background.sh pause      SIGSTOP their trainers (before a benchmark or a CI run)
