@@ -26,17 +26,12 @@ cd "$(dirname "$0")/.."
 cargo build --release --quiet
 bin=target/refill && mkdir -p "$bin" && cp target/release/lab "$bin/lab.new" && mv "$bin/lab.new" "$bin/lab"
 lab=$bin/lab
-# The trainers: "" is today's lab; otherwise each commit's own build.
+# The trainers: "" is today's lab; otherwise each commit's own build, made when a run first
+# needs it (a prefix whose runs are all filled builds nothing).
 ats=("")
 if [ -n "${REFILL_TRAIN_AT:-}" ]; then
   ats=()
-  for c in $REFILL_TRAIN_AT; do
-    at=$(git rev-parse --short "$c")
-    tree=$PWD/target/refill/tree-$at
-    [ -d "$tree" ] || git worktree add --detach "$tree" "$at" >/dev/null
-    (cd "$tree" && CARGO_TARGET_DIR=$PWD/../target-$at cargo build --release --quiet)
-    ats+=("$at")
-  done
+  for c in $REFILL_TRAIN_AT; do ats+=("$(git rev-parse --short "$c")"); done
 fi
 # same_val_loss NEW COMMITTED: exit 0 when every epoch whose validation loss both metrics files
 # hold has the same one, 1 when one differs, 2 when they share none yet.
@@ -58,7 +53,13 @@ both = [e for e in new if e in kept]
 sys.exit(2 if not both else 0 if all(new[e] == kept[e] for e in both) else 1)
 EOF
 }
-trainer_of() { if [ -z "$1" ]; then echo "$lab"; else echo "$PWD/target/refill/target-$1/release/lab"; fi; }
+trainer_of() {
+  if [ -z "$1" ]; then echo "$lab"; return; fi
+  local tree=$PWD/target/refill/tree-$1
+  [ -d "$tree" ] || git worktree add --detach "$tree" "$1" >/dev/null
+  (cd "$tree" && CARGO_TARGET_DIR=$PWD/../target-$1 cargo build --release --quiet) >&2
+  echo "$PWD/target/refill/target-$1/release/lab"
+}
 figure=${REFILL_FIGURE:-tune/creativity}
 last=${ats[0]}
 for prefix in "$@"; do
