@@ -46,6 +46,8 @@ case ${1:-start} in
     for j in grid refill; do
       if running "${!j}"; then echo "$j: running"; else echo "$j: not running"; fi
     done
+    echo "grid: $(ls results/grid-1m/runs | wc -l) of 100 runs exported"
+    echo "refill: $(grep -l '"tune/creativity"' results/fair-cpu/runs/fair-cpu-tune-*/metrics.jsonl | wc -l) of 40 tuning runs carry tune/creativity"
     tail -n 1 checkpoints/study-grid-1m.log checkpoints/refill.nohup 2>/dev/null || true
     ;;
   *) echo "usage: scripts/background.sh [start|pause|resume|status]" >&2; exit 2 ;;
