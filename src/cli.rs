@@ -151,7 +151,7 @@ pub enum Command {
         #[arg(long, conflicts_with = "table")]
         out: Option<PathBuf>,
         /// Print one of the study tables FINDINGS cite instead (depth-contrast, heads,
-        /// unplaceable-bound, sets); nothing is written.
+        /// unplaceable-bound, sets, grid, twins); nothing is written.
         #[arg(long, value_name = "NAME")]
         table: Option<String>,
         /// The table's bucket (`1M`, `100k`; for `sets`, the sweep-name part `100k`, `1m`).
@@ -160,6 +160,10 @@ pub enum Command {
         /// The table's sweeps, comma-separated: each depth's runs from the first that has it.
         #[arg(long, value_delimiter = ',')]
         sweeps: Vec<String>,
+        /// For `--table twins`: a second study (its directory or results.csv), whose runs of
+        /// the same config are compared with the first's.
+        #[arg(long, value_name = "DIR", requires = "table")]
+        with: Option<PathBuf>,
     },
     /// Check every lab kernel, forward and backward, against its definition at the shapes of
     /// real configs, on fresh random inputs: a table of relative errors; exit 1 on a failure.
@@ -611,12 +615,15 @@ pub fn run(cli: Cli) -> Result<Exit> {
             table: Some(name),
             bucket,
             sweeps,
+            with,
             ..
         } => {
-            let rows = crate::report::read_csv(&crate::report::csv_of(&input)?)?;
+            let read = |p: &PathBuf| crate::report::read_csv(&crate::report::csv_of(p)?);
+            let rows = read(&input)?;
+            let other = with.as_ref().map(read).transpose()?;
             print!(
                 "{}",
-                crate::report::tables::table(&name, &rows, &bucket, &sweeps)?
+                crate::report::tables::table(&name, &rows, &bucket, &sweeps, other.as_deref())?
             );
         }
         Command::Report { input, out, .. } => {

@@ -1,6 +1,7 @@
 //! The descriptive tables a study's FINDINGS cites beside its verdicts (`lab report DIR --table
 //! NAME`): a Welch depth contrast, C per (depth, heads), a bound for an unplaceable depth, and
-//! the objectives' set figures, and the depth × lr grid. All from `results.csv`, with the statistics of `stats`.
+//! the objectives' set figures, the depth × lr grid, and the runs two studies share. All from
+//! `results.csv`, with the statistics of `stats`.
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
@@ -19,6 +20,7 @@ pub const NAMES: &[&str] = &[
     "unplaceable-bound",
     "sets",
     "grid",
+    "twins",
 ];
 
 /// Bootstrap resamples of the tables' P(best).
@@ -27,7 +29,22 @@ const BOOT: usize = 10_000;
 /// `--table NAME`'s text for a study's rows. `bucket` picks the bucket (`1M`, `100k`), and
 /// `sweeps` lists the sweeps whose runs stand for each depth: a depth's runs come from the
 /// first sweep that has it, as an arm borrows.
-pub fn table(name: &str, rows: &[Row], bucket: &str, sweeps: &[String]) -> Result<String> {
+/// `with` is a second study's rows, which `twins` alone reads.
+pub fn table(
+    name: &str,
+    rows: &[Row],
+    bucket: &str,
+    sweeps: &[String],
+    with: Option<&[Row]>,
+) -> Result<String> {
+    match (name, with) {
+        ("twins", Some(other)) => return Ok(twins(rows, other)),
+        ("twins", None) => {
+            bail!("--table twins: needs --with (the other study's directory or results.csv)")
+        }
+        (_, Some(_)) => bail!("--with: only --table twins reads a second study"),
+        _ => {}
+    }
     match name {
         "depth-contrast" => depth_contrast(rows, bucket, sweeps),
         "heads" => Ok(heads(rows, sweeps)),
@@ -529,6 +546,101 @@ fn grid(rows: &[Row], bucket: &str) -> String {
     out
 }
 
+/// The hash that ends a run's name: the digest of its resolved training config, the same for
+/// the same run in two studies (`grid-1m-L2-…-3572ea2c`, `fair-cpu-seeds-1m-L2-…-3572ea2c`).
+fn config_hash(run: &str) -> &str {
+    run.rsplit('-').next().unwrap_or(run)
+}
+
+/// A twin's depth, lr (bits) and seed, by which the table sorts and twins must agree.
+type RunKey = (u64, u64, u64);
+/// One study's runs by config hash: their key and, per evaluated epoch, val/loss and C.
+type Evals = BTreeMap<u64, (Option<f64>, Option<f64>)>;
+fn runs_by_hash(rows: &[Row]) -> BTreeMap<String, (RunKey, Evals)> {
+    let mut out: BTreeMap<String, (RunKey, Evals)> = BTreeMap::new();
+    for r in rows {
+        let num = |k: &str| r.num(k).unwrap_or(f64::NAN);
+        let key = (
+            num("n_layer") as u64,
+            num("lr").to_bits(),
+            num("seed") as u64,
+        );
+        let entry = out
+            .entry(config_hash(r.get("run")).to_string())
+            .or_insert_with(|| (key, Evals::new()));
+        if let Some(e) = r.num("epoch") {
+            entry
+                .1
+                .insert(e as u64, (r.num(tags::VAL_LOSS), r.num(tags::CREATIVITY)));
+        }
+    }
+    out
+}
+
+/// The runs of `rows` that `other` holds too (the same config hash, depth, lr and seed), each
+/// trained by its own study's code: whether their validation losses are the same at every
+/// evaluation both hold, or the first epoch they part, and C at the last evaluation of each.
+/// Same-config runs that part show how far a change in the last bits carries a run.
+fn twins(rows: &[Row], other: &[Row]) -> String {
+    let (mine, theirs) = (runs_by_hash(rows), runs_by_hash(other));
+    let mut by: BTreeMap<RunKey, String> = BTreeMap::new();
+    let (mut same, mut apart) = (0, Vec::new());
+    for (hash, (key, a)) in &mine {
+        let Some((_, b)) = theirs.get(hash).filter(|(k, _)| k == key) else {
+            continue;
+        };
+        let label = format!("L = {} lr {} seed {}", key.0, f64::from_bits(key.1), key.2);
+        let both: Vec<u64> = a.keys().filter(|e| b.contains_key(e)).copied().collect();
+        let Some(&last) = both.last() else { continue };
+        let part = both.iter().find(|e| a[e].0 != b[e].0);
+        let c = |m: &Evals| m[&last].1.map_or("-".into(), |c| format!("{c:.2}"));
+        let line = match part {
+            None => {
+                same += 1;
+                format!(
+                    "{label}: the same val/loss at all {} evaluations; C at epoch {last} {} and {}",
+                    both.len(),
+                    c(a),
+                    c(b)
+                )
+            }
+            Some(e) => {
+                if let (Some(x), Some(y)) = (a[&last].1, b[&last].1) {
+                    apart.push((x - y).abs());
+                }
+                let loss = |m: &Evals| m[e].0.map_or("-".into(), |v| format!("{v:.5}"));
+                format!(
+                    "{label}: apart from epoch {e} (val/loss {} and {}); C at epoch {last} {} and {}",
+                    loss(a),
+                    loss(b),
+                    c(a),
+                    c(b)
+                )
+            }
+        };
+        by.insert(*key, line);
+    }
+    let mut out = String::new();
+    for line in by.values() {
+        let _ = writeln!(out, "{line}");
+    }
+    let _ = write!(
+        out,
+        "{} twins: {same} the same at every evaluation both hold, {} apart",
+        same + apart.len(),
+        apart.len()
+    );
+    if !apart.is_empty() {
+        let _ = write!(
+            out,
+            " (|C difference| at the last evaluation: {})",
+            list(&apart)
+        );
+    }
+    out.push('\n');
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -607,5 +719,58 @@ mod tests {
         assert!(t.contains("P(interior) = 1.000"), "{t}");
         assert!(t.contains(": reproduced"), "{t}");
         assert!(t.contains("decode budget 44 tokens"), "{t}");
+    }
+
+    /// Rows of one run's evaluations: (epoch, val/loss, C).
+    fn run_rows(run: &str, l: u64, seed: u64, evals: &[(u64, f64, f64)]) -> Vec<Row> {
+        evals
+            .iter()
+            .map(|(e, loss, c)| {
+                let m: BTreeMap<String, String> = [
+                    ("run", run.to_string()),
+                    ("n_layer", l.to_string()),
+                    ("lr", "0.01".to_string()),
+                    ("seed", seed.to_string()),
+                    ("epoch", e.to_string()),
+                    (tags::VAL_LOSS, loss.to_string()),
+                    (tags::CREATIVITY, c.to_string()),
+                ]
+                .into_iter()
+                .map(|(k, v)| (k.to_string(), v))
+                .collect();
+                Row(m)
+            })
+            .collect()
+    }
+
+    /// Twins are matched by the hash that ends a run's name (and must agree on depth, lr and
+    /// seed); a pair is "the same" only if every shared evaluation's val/loss is.
+    #[test]
+    fn twins_pairs_runs_by_config_hash_and_finds_where_they_part() {
+        let mut a = run_rows("g-L2-s1-aaaa1111", 2, 1, &[(2, 3.0, 0.1), (4, 2.4, 0.3)]);
+        a.extend(run_rows(
+            "g-L1-s1-bbbb2222",
+            1,
+            1,
+            &[(2, 1.5, 5.0), (4, 1.0, 8.0)],
+        ));
+        a.extend(run_rows("g-L4-s1-cccc3333", 4, 1, &[(2, 1.0, 1.0)]));
+        // The same hash with another seed is not a twin.
+        a.extend(run_rows("g-L8-s2-dddd4444", 8, 2, &[(2, 1.0, 1.0)]));
+        let mut b = run_rows("f-L2-s1-aaaa1111", 2, 1, &[(2, 3.0, 0.1), (4, 2.5, 0.35)]);
+        b.extend(run_rows(
+            "f-L1-s1-bbbb2222",
+            1,
+            1,
+            &[(2, 1.5, 5.0), (4, 1.0, 8.0)],
+        ));
+        b.extend(run_rows("f-L8-s1-dddd4444", 8, 1, &[(2, 1.0, 1.0)]));
+        let t = twins(&a, &b);
+        assert_eq!(
+            t,
+            "L = 1 lr 0.01 seed 1: the same val/loss at all 2 evaluations; C at epoch 4 8.00 and 8.00\n\
+             L = 2 lr 0.01 seed 1: apart from epoch 4 (val/loss 2.40000 and 2.50000); C at epoch 4 0.30 and 0.35\n\
+             2 twins: 1 the same at every evaluation both hold, 1 apart (|C difference| at the last evaluation: 0.05)\n"
+        );
     }
 }

@@ -599,6 +599,41 @@ const CASES: &[Case] = &[
         needles: &["arms.toml", "arm[0].sweeps", "names no sweep"],
     },
     Case {
+        name: "twins table without a second study",
+        setup: |d| std::fs::write(d.join("results.csv"), "sweep,run\ns,r\n").unwrap(),
+        args: &["report", "results.csv", "--table", "twins"],
+        needles: &["--table twins", "needs --with"],
+    },
+    Case {
+        name: "a second study for a table that reads one",
+        setup: |d| std::fs::write(d.join("results.csv"), "sweep,run\ns,r\n").unwrap(),
+        args: &[
+            "report",
+            "results.csv",
+            "--table",
+            "grid",
+            "--with",
+            "results.csv",
+        ],
+        needles: &["--with", "only --table twins"],
+    },
+    Case {
+        name: "twins table with a second study without results",
+        setup: |d| {
+            std::fs::write(d.join("results.csv"), "sweep,run\ns,r\n").unwrap();
+            std::fs::create_dir_all(d.join("empty")).unwrap()
+        },
+        args: &[
+            "report",
+            "results.csv",
+            "--table",
+            "twins",
+            "--with",
+            "empty",
+        ],
+        needles: &["empty/results.csv", "no results.csv"],
+    },
+    Case {
         name: "sbatch value with a newline",
         setup: nothing,
         args: &[
