@@ -584,7 +584,8 @@ fn runs_by_hash(rows: &[Row]) -> BTreeMap<String, (RunKey, Evals)> {
 fn twins(rows: &[Row], other: &[Row]) -> String {
     let (mine, theirs) = (runs_by_hash(rows), runs_by_hash(other));
     let mut by: BTreeMap<RunKey, String> = BTreeMap::new();
-    let (mut same, mut apart) = (0, Vec::new());
+    // Pairs that part, and |C difference| of those whose last evaluation has C in both.
+    let (mut same, mut parted, mut apart) = (0, 0, Vec::new());
     for (hash, (key, a)) in &mine {
         let Some((_, b)) = theirs.get(hash).filter(|(k, _)| k == key) else {
             continue;
@@ -605,6 +606,7 @@ fn twins(rows: &[Row], other: &[Row]) -> String {
                 )
             }
             Some(e) => {
+                parted += 1;
                 if let (Some(x), Some(y)) = (a[&last].1, b[&last].1) {
                     apart.push((x - y).abs());
                 }
@@ -627,8 +629,8 @@ fn twins(rows: &[Row], other: &[Row]) -> String {
     let _ = write!(
         out,
         "{} twins: {same} the same at every evaluation both hold, {} apart",
-        same + apart.len(),
-        apart.len()
+        same + parted,
+        parted
     );
     if !apart.is_empty() {
         let _ = write!(
